@@ -1,0 +1,96 @@
+"""Arguments shared by the subcommands: problem, tiling, hardware, output files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from traces.problem import DTYPE_BYTES, PASSES, AttentionProblem, ProblemError
+from traces.tiling import Tiling
+
+SCHEDULES = ("naive", "fa1", "fa2", "decode")
+
+
+def add_hardware_arg(parser: argparse.ArgumentParser, default: str = "h100-sxm5") -> None:
+    parser.add_argument(
+        "--hardware", default=default,
+        help=f"preset name or path to a .toml file (default {default}; "
+        "see `tilesim hardware list`)",
+    )
+
+
+def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:
+    g = parser.add_argument_group("problem")
+    if schedule:
+        g.add_argument("--schedule", choices=SCHEDULES, default="fa2")
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--heads", type=int, default=32)
+    g.add_argument("--kv-heads", type=int, default=None,
+                   help="K/V heads (GQA/MQA); default = heads")
+    g.add_argument("--seq", type=int, default=4096, help="query sequence length")
+    g.add_argument("--kv-seq", type=int, default=None, help="key/value length; default = --seq")
+    g.add_argument("--head-dim", type=int, default=128)
+    g.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="bf16")
+    g.add_argument("--causal", action="store_true")
+    g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd")
+
+
+def add_tiling_args(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    g = parser.add_argument_group("tiling")
+    g.add_argument("--block-m", type=int, default=None if not required else 128)
+    g.add_argument("--block-n", type=int, default=None if not required else 64)
+    g.add_argument("--stages", type=int, default=None)
+    g.add_argument("--warps", type=int, default=None)
+    g.add_argument("--split-kv", type=int, default=None)
+
+
+def problem_from_args(args: argparse.Namespace) -> AttentionProblem:
+    return AttentionProblem(
+        batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq,
+        seq_kv=args.kv_seq, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
+        pass_=args.pass_,
+    )
+
+
+def tiling_from_args(args: argparse.Namespace) -> Tiling:
+    """The tiling the user gave; unset fields take the defaults of ``Tiling``."""
+    given = {
+        "block_m": args.block_m, "block_n": args.block_n, "num_stages": args.stages,
+        "num_warps": args.warps, "split_kv": args.split_kv,
+    }
+    return Tiling(**{k: v for k, v in given.items() if v is not None})
+
+
+def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``: no partial file is ever left.
+
+    Raises ``ProblemError`` with one clear line if the directory is not writable.
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise ProblemError(f"cannot write {path}: directory {directory} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ProblemError(f"cannot write {path}: {exc.strerror}") from None
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        os.replace(tmp_path, path)
+    except OSError as exc:
+        raise ProblemError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def print_json(obj: dict) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")

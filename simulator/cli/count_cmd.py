@@ -1,0 +1,36 @@
+"""`tilesim count`: exact traffic, FLOPs and SRAM of a schedule (no timing)."""
+
+from __future__ import annotations
+
+from simulator.cli.common import (
+    add_hardware_arg,
+    add_problem_args,
+    add_tiling_args,
+    print_json,
+    problem_from_args,
+    tiling_from_args,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("count", help="exact bytes, FLOPs and SRAM per kernel and tensor")
+    add_hardware_arg(p)
+    add_problem_args(p)
+    add_tiling_args(p)
+    p.add_argument("--json", action="store_true", help="print the prediction JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from simulator.hardware import load_hardware
+    from simulator.prediction import count_prediction
+
+    hw = load_hardware(args.hardware)
+    pred = count_prediction(problem_from_args(args), tiling_from_args(args), args.schedule, hw)
+    if args.json:
+        print_json(pred)
+    else:
+        from simulator.cli.render import counts_tables, print_tables
+
+        print_tables(counts_tables(pred))
+    return 0

@@ -1,0 +1,111 @@
+"""Human-readable rendering of predictions (rich tables), shared by the subcommands."""
+
+from __future__ import annotations
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_count(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f}"
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} us"
+
+
+def counts_tables(pred: dict) -> list:
+    """Tables for the counts of a prediction: per kernel, per tensor, summary."""
+    from rich.table import Table
+
+    title = (f"{pred['schedule']} on {pred['hardware']}: "
+             f"{_problem_line(pred['problem'])}, {_tiling_line(pred['tiling'])}")
+    kernels = Table(title=title, title_justify="left")
+    timed = pred.get("time_s") is not None
+    columns = ["kernel", "grid", "global read", "global write"]
+    columns += ["DRAM read", "DRAM write"] if timed else []
+    columns += ["tensor FLOPs", "exps", "SRAM/CTA", "CTAs/SM", "legal"]
+    columns += ["time"] if timed else []
+    for col in columns:
+        kernels.add_column(col, justify="left" if col == "kernel" else "right",
+                           no_wrap=col == "kernel")
+    for k in pred["kernels"]:
+        row = [k["name"], f"{k['grid']:,}", fmt_bytes(k["bytes"]["global_read"]),
+               fmt_bytes(k["bytes"]["global_write"])]
+        if timed:
+            row += [fmt_bytes(k["bytes"].get("dram_read")),
+                    fmt_bytes(k["bytes"].get("dram_write"))]
+        row += [fmt_count(k["flops"]["tensor"]), fmt_count(k["flops"]["exp"]),
+                fmt_bytes(k["sram_bytes_per_cta"]), str(k["ctas_per_sm"]),
+                "yes" if k["legal"] else "[red]NO[/red]"]
+        if timed:
+            row.append(fmt_time(k.get("time_s")))
+        kernels.add_row(*row)
+    tensors = Table(title="bytes per tensor", title_justify="left")
+    for col in ("tensor", "global read", "global write", "DRAM read", "DRAM write"):
+        tensors.add_column(col, justify="left" if col == "tensor" else "right")
+    for name, t in pred["per_tensor"].items():
+        if t["global_read"] or t["global_write"]:
+            tensors.add_row(name, fmt_bytes(t["global_read"]), fmt_bytes(t["global_write"]),
+                            fmt_bytes(t.get("dram_read")), fmt_bytes(t.get("dram_write")))
+    b, f = pred["bytes"], pred["flops"]
+    summary = Table(show_header=False, title="totals", title_justify="left")
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("global read / write", f"{fmt_bytes(b['global_read'])} / {fmt_bytes(b['global_write'])}"),
+        ("DRAM read / write", f"{fmt_bytes(b['dram_read'])} / {fmt_bytes(b['dram_write'])}"),
+        ("SRAM read / write", f"{fmt_bytes(b['smem_read'])} / {fmt_bytes(b['smem_write'])}"),
+        ("tensor FLOPs (executed)", fmt_count(f["tensor"])),
+        ("FLOPs (paper convention)", fmt_count(f["convention"])),
+        ("exps / other FLOPs", f"{fmt_count(f['exp'])} / {fmt_count(f['other'])}"),
+        ("arithmetic intensity", f"{pred['arithmetic_intensity']:.1f} FLOP/B (global)"),
+        ("SRAM peak per CTA", fmt_bytes(pred["sram_peak_bytes_per_cta"])),
+        ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"])),
+        ("legal on this GPU", "yes" if pred["legal"] else "[red]NO: a CTA does not fit[/red]"),
+    ]
+    if pred.get("time_s") is not None:
+        rows.append(("time", fmt_time(pred["time_s"])))
+        rows.append(("bound", str(pred.get("bound"))))
+    for row in rows:
+        summary.add_row(*row)
+    return [kernels, tensors, summary]
+
+
+def _problem_line(p: dict) -> str:
+    kv = f"/{p['kv_heads']}kv" if p["kv_heads"] != p["heads"] else ""
+    n = str(p["seq_q"]) if p["seq_q"] == p["seq_kv"] else f"{p['seq_q']}x{p['seq_kv']}"
+    return (f"B={p['batch']} H={p['heads']}{kv} N={n} d={p['head_dim']} {p['dtype']}"
+            f"{' causal' if p['causal'] else ''} {p['pass']}")
+
+
+def _tiling_line(t: dict) -> str:
+    s = f"BM={t['block_m']} BN={t['block_n']} stages={t['num_stages']} warps={t['num_warps']}"
+    return s + (f" split={t['split_kv']}" if t["split_kv"] > 1 else "")
+
+
+def print_tables(tables: list) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(width=max(console.width, 140))
+    for table in tables:
+        console.print(table)

@@ -1,0 +1,162 @@
+"""GPU hardware descriptions, loaded from TOML presets (the only source of hardware numbers).
+
+A preset is ``simulator/presets/<name>.toml``; a user's own GPU is any TOML file with the
+same keys, passed as a path. Every key carries its unit in its name; every number in a
+shipped preset carries its source in a comment next to it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from traces.problem import ProblemError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESET_DIR = Path(__file__).parent / "presets"
+TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
+
+
+class HardwareError(ProblemError):
+    """A hardware name or file that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU as the model sees it. SI units: bytes, seconds, hertz, operations per second.
+
+    ``*_efficiency`` are the achievable fractions of a datasheet peak (from microbenchmark
+    papers or our own measurement records); the model multiplies peaks by them.
+    """
+
+    name: str
+    display_name: str
+    # Streaming multiprocessors
+    sm_count: int
+    sm_clock_hz: float
+    smem_per_sm_bytes: int
+    smem_per_cta_max_bytes: int
+    smem_bandwidth_bytes_per_clk_per_sm: float
+    registers_per_sm: int
+    max_registers_per_thread: int
+    max_threads_per_sm: int
+    max_ctas_per_sm: int
+    # L2 cache
+    l2_bytes: int
+    l2_sector_bytes: int
+    l2_line_bytes: int
+    l2_bandwidth_bytes_per_s: float
+    l2_latency_s: float
+    l2_efficiency: float
+    # HBM
+    hbm_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    hbm_latency_s: float
+    hbm_efficiency: float
+    # Compute
+    tensor_flops_per_s: dict  # dtype -> dense tensor-core FLOP/s (fp32 means TF32)
+    tensor_efficiency: float
+    fp32_flops_per_s: float
+    exp_ops_per_s: float
+    # Kernels
+    kernel_launch_overhead_s: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("name", "display_name"):
+                if not isinstance(value, str) or not value:
+                    raise HardwareError(f'hardware "{f.name}" must be a non-empty string.')
+            elif f.name == "tensor_flops_per_s":
+                if not isinstance(value, dict):
+                    raise HardwareError(
+                        f'hardware "{self.name}": tensor_flops_per_s must be a table of rates.'
+                    )
+                missing = [d for d in TENSOR_DTYPES if d not in value]
+                if missing:
+                    raise HardwareError(
+                        f'hardware "{self.name}": tensor_flops_per_s lacks {", ".join(missing)}.'
+                    )
+                for dtype, rate in value.items():
+                    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+                        raise HardwareError(
+                            f'hardware "{self.name}": tensor_flops_per_s.{dtype} must be > 0.'
+                        )
+            elif not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise HardwareError(f'hardware "{self.name}": "{f.name}" must be a number > 0.')
+            elif f.type == "int" and not isinstance(value, int):
+                raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
+        for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency"):
+            if getattr(self, name) > 1:
+                raise HardwareError(f'hardware "{self.name}": "{name}" must be in (0, 1].')
+        if self.smem_per_cta_max_bytes > self.smem_per_sm_bytes:
+            raise HardwareError(
+                f'hardware "{self.name}": smem_per_cta_max_bytes exceeds smem_per_sm_bytes.'
+            )
+
+    # Derived rates the model uses.
+    @property
+    def hbm_effective_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_bytes_per_s * self.hbm_efficiency
+
+    @property
+    def l2_effective_bytes_per_s(self) -> float:
+        return self.l2_bandwidth_bytes_per_s * self.l2_efficiency
+
+    def tensor_rate(self, dtype: str) -> float:
+        """Achievable tensor-core FLOP/s for inputs of ``dtype``."""
+        return self.tensor_flops_per_s[dtype] * self.tensor_efficiency
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def _flatten(table: dict) -> dict:
+    """TOML sections ([sm], [l2], ...) group keys for readers; the dataclass is flat."""
+    flat = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and key != "tensor_flops_per_s":
+            flat.update(_flatten(value))
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_hardware(name_or_path: str | Path) -> Hardware:
+    """Load a preset by name (``h100-sxm5``) or a user's TOML file by path."""
+    text_path = Path(name_or_path)
+    if text_path.suffix == ".toml" or text_path.exists():
+        path = text_path
+        if not path.is_file():
+            raise HardwareError(f"hardware file not found: {path}")
+    else:
+        path = PRESET_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise HardwareError(
+                f'unknown hardware "{name_or_path}"; known: {", ".join(preset_names())} '
+                "(or give a path to a .toml file)"
+            )
+    try:
+        table = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise HardwareError(f"hardware file {path} is not valid TOML: {exc}") from None
+    flat = _flatten(table)
+    flat.setdefault("name", path.stem)
+    flat.setdefault("display_name", flat["name"])
+    known = {f.name for f in fields(Hardware)}
+    unknown = sorted(set(flat) - known)
+    if unknown:
+        raise HardwareError(f"hardware file {path}: unknown keys {', '.join(unknown)}")
+    missing = sorted(known - set(flat))
+    if missing:
+        raise HardwareError(f"hardware file {path}: missing keys {', '.join(missing)}")
+    return Hardware(**flat)

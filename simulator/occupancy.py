@@ -1,0 +1,55 @@
+"""How many CTAs of a kernel fit on one SM at once (residency), and whether one fits at all.
+
+Residency is the minimum over four limits: shared memory (the schedule's SRAM per CTA plus
+a small reserve the driver keeps per CTA), registers, threads and the hardware's CTA cap.
+Registers are estimated from the tiling until compiled kernels report their real count
+(``kernels resources``): an attention CTA keeps its fp32 accumulator
+(``block_m x head_dim``), its score tile (``block_m x block_n``) and row statistics in
+registers, spread over its threads, plus a fixed overhead for addresses and indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.hardware import Hardware
+from traces.schedules.base import Kernel
+from traces.tiling import Tiling
+
+SMEM_RESERVED_PER_CTA_BYTES = 1024  # CUDA reserves 1 KB of shared memory per block (sm_80+)
+REGISTER_OVERHEAD_PER_THREAD = 40  # addresses, loop indices, masks: typical ptxas counts
+REGISTER_ALLOCATION_UNIT = 8  # registers are allocated per thread in multiples of 8
+
+
+@dataclass(frozen=True)
+class Residency:
+    ctas_per_sm: int
+    limited_by: str  # "smem", "registers", "threads", "ctas" or "does not fit"
+    smem_per_cta_bytes: int
+    registers_per_thread: int
+
+
+def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int) -> int:
+    """Registers per thread from the fp32 tiles a CTA keeps in registers."""
+    fp32_values = tiling.block_m * head_dim + tiling.block_m * tiling.block_n + 2 * tiling.block_m
+    per_thread = -(-fp32_values // tiling.threads) + REGISTER_OVERHEAD_PER_THREAD
+    rounded = -(-per_thread // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    return min(rounded, 255)
+
+
+def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
+              registers_per_thread: int | None = None,
+              smem_bytes: int | None = None) -> Residency:
+    """CTAs of ``kernel`` resident per SM; 0 when one CTA does not fit."""
+    smem = kernel.sram_bytes if smem_bytes is None else smem_bytes
+    regs = registers_per_thread or estimated_registers_per_thread(kernel, tiling, head_dim)
+    if smem > hw.smem_per_cta_max_bytes:
+        return Residency(0, "does not fit", smem, regs)
+    limits = {
+        "smem": hw.smem_per_sm_bytes // (smem + SMEM_RESERVED_PER_CTA_BYTES),
+        "registers": hw.registers_per_sm // (regs * tiling.threads),
+        "threads": hw.max_threads_per_sm // tiling.threads,
+        "ctas": hw.max_ctas_per_sm,
+    }
+    name = min(limits, key=lambda k: limits[k])
+    return Residency(int(limits[name]), name if limits[name] > 0 else "does not fit", smem, regs)

@@ -1,0 +1,103 @@
+"""The prediction: one JSON-ready dict per (problem, tiling, schedule, hardware).
+
+Schema ``tilesim.prediction/1`` (see DESIGN.md). ``count_prediction`` fills the exact
+counts (closed form) and leaves the cache- and time-dependent fields ``None``; the timing
+simulator fills those in.
+
+SRAM traffic is modelled as: every byte a CTA loads from global memory is written into
+shared memory once and read from it once by the compute (``smem_write = smem_read =
+global_read``); outputs are stored from registers.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from simulator.counting import KernelCount, closed_form
+from simulator.hardware import Hardware
+from simulator.occupancy import residency
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule, check_supported
+from traces.tiling import Tiling
+
+SCHEMA = "tilesim.prediction/1"
+
+
+def tool_version() -> str:
+    try:
+        return version("tilesim")
+    except PackageNotFoundError:  # running from a source tree without install
+        return "0.1.0+source"
+
+
+def _kernel_entry(count: KernelCount, sram_bytes: int, res) -> dict:
+    read, write = sum(count.reads.values()), sum(count.writes.values())
+    return {
+        "name": count.name,
+        "grid": count.grid,
+        "time_s": None,
+        "bytes": {"global_read": read, "global_write": write,
+                  "dram_read": None, "dram_write": None},
+        "flops": {"tensor": count.tensor_flops, "exp": count.exp_ops,
+                  "other": count.other_flops},
+        "sram_bytes_per_cta": sram_bytes,
+        "ctas_per_sm": res.ctas_per_sm,
+        "residency_limited_by": res.limited_by,
+        "registers_per_thread": res.registers_per_thread,
+        "legal": res.ctas_per_sm > 0,
+    }
+
+
+def count_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str,
+                     hw: Hardware) -> dict:
+    """Exact counts (closed form) for every kernel of the schedule; timing fields ``None``."""
+    check_supported(problem, tiling, schedule)
+    return assemble_prediction(problem, tiling, schedule, hw,
+                               closed_form(problem, tiling, schedule))
+
+
+def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str,
+                        hw: Hardware, counts: list[KernelCount]) -> dict:
+    """The prediction dict from per-kernel counts (closed form or replayed from a trace).
+
+    SRAM per CTA and residency come from the schedule's kernels and the hardware.
+    """
+    sched = build_schedule(problem, tiling, schedule)
+    if [c.name for c in counts] != [k.name for k in sched.kernels]:
+        raise ValueError("counts do not match the schedule's kernels")
+    kernels, per_tensor = [], {}
+    for kernel, count in zip(sched.kernels, counts, strict=True):
+        res = residency(kernel, tiling, problem.head_dim, hw)
+        kernels.append(_kernel_entry(count, kernel.sram_bytes, res))
+        for tensor in sched.tensors:
+            entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
+                                                   "dram_read": None, "dram_write": None})
+            entry["global_read"] += count.reads.get(tensor, 0)
+            entry["global_write"] += count.writes.get(tensor, 0)
+    global_read = sum(k["bytes"]["global_read"] for k in kernels)
+    global_write = sum(k["bytes"]["global_write"] for k in kernels)
+    tensor_flops = sum(k["flops"]["tensor"] for k in kernels)
+    main = max(kernels, key=lambda k: (k["flops"]["tensor"], k["bytes"]["global_read"]))
+    return {
+        "schema": SCHEMA,
+        "tool_version": tool_version(),
+        "problem": problem.to_dict(),
+        "tiling": tiling.to_dict(),
+        "schedule": schedule,
+        "hardware": hw.name,
+        "bytes": {"global_read": global_read, "global_write": global_write,
+                  "dram_read": None, "dram_write": None,
+                  "smem_read": global_read, "smem_write": global_read},
+        "per_tensor": per_tensor,
+        "flops": {"tensor": tensor_flops,
+                  "exp": sum(k["flops"]["exp"] for k in kernels),
+                  "other": sum(k["flops"]["other"] for k in kernels),
+                  "convention": problem.convention_flops()},
+        "arithmetic_intensity": tensor_flops / max(global_read + global_write, 1),
+        "sram_peak_bytes_per_cta": max(k["sram_bytes_per_cta"] for k in kernels),
+        "ctas_per_sm": main["ctas_per_sm"],
+        "legal": all(k["legal"] for k in kernels),
+        "time_s": None,
+        "bound": None,
+        "kernels": kernels,
+    }

@@ -1,0 +1,68 @@
+"""Bad input: one clear line on stderr, exit code 2, no traceback, for each case."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+BAD = {
+    "unknown hardware": (["count", "--hardware", "tpu-v9"], "unknown hardware"),
+    "block not a power of two": (["count", "--block-m", "48"], "power of two"),
+    "block below 16": (["count", "--block-n", "8"], "power of two >= 16"),
+    "head dim too large": (["count", "--head-dim", "512"], "head_dim"),
+    "head dim too small": (["count", "--head-dim", "8"], "head_dim"),
+    "kv heads not dividing": (["count", "--heads", "6", "--kv-heads", "4"], "must divide"),
+    "seq zero": (["count", "--seq", "0"], "positive integer"),
+    "seq negative": (["count", "--seq", "-5"], "positive integer"),
+    "kv seq zero": (["count", "--kv-seq", "0"], "positive integer"),
+    "batch zero": (["count", "--batch", "0"], "positive integer"),
+    "fa1 backward": (["count", "--schedule", "fa1", "--pass", "bwd"], "forward pass only"),
+    "decode long query": (["count", "--schedule", "decode", "--seq", "64"], "short queries"),
+    "split on fa2": (["count", "--split-kv", "4"], "decode schedule only"),
+    "split too large": (["count", "--schedule", "decode", "--seq", "1", "--kv-seq", "128",
+                         "--block-n", "64", "--split-kv", "3"], "exceeds"),
+    "seq not a number": (["count", "--seq", "abc"], "invalid int"),
+    "unknown dtype": (["count", "--dtype", "fp64"], "invalid choice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_exit_2_one_line(case, capsys):
+    argv, needle = BAD[case]
+    with pytest.raises(SystemExit) if "invalid" in needle else _nothing() as exc:
+        rc = main(argv)
+    if exc is not None and hasattr(exc, "value"):
+        rc = exc.value.code
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("tilesim: error: ") and err.count("\n") == 1
+    assert needle in err
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_illegal_tiling_still_counts(capsys):
+    rc = main(["count", "--block-m", "256", "--block-n", "256", "--stages", "4", "--json"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and '"legal": false' in out
+
+
+def test_console_script_entry_point_bad_input():
+    proc = subprocess.run([sys.executable, "-m", "simulator", "count", "--seq", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

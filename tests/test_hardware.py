@@ -1,0 +1,209 @@
+"""Hardware presets: they load, every number has a source, derived numbers agree with their
+formulas, and bad hardware input ends in one line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.hardware import PRESET_DIR, TENSOR_DTYPES, Hardware, load_hardware, preset_names
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5", "h200-sxm", "rtx-4090")
+# `key = number` (TOML int or float, underscores allowed), then the rest of the line.
+NUMBER_LINE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*([-+]?[0-9][0-9_.eE+-]*)\s*(.*)$")
+NUMERIC_FIELDS = [f.name for f in fields(Hardware) if f.name not in ("name", "display_name")]
+# Dense bf16 tensor FLOPs per SM per clock implied by the datasheet peak at the preset clock.
+# H200 is left out: its clock is our measured 1980 MHz, its peak the datasheet's (at 1830 MHz).
+BF16_FLOPS_PER_CLK_PER_SM = {
+    "a100-sxm4-40gb": 2048, "a100-sxm4-80gb": 2048, "h100-sxm5": 4096, "rtx-4090": 512,
+}
+
+
+@pytest.fixture(params=PRESETS)
+def preset(request) -> str:
+    return request.param
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_all_presets_ship():
+    assert set(PRESETS) <= set(preset_names())
+
+
+def test_preset_loads(preset):
+    hw = load_hardware(preset)
+    assert hw.name == preset
+    assert set(hw.tensor_flops_per_s) == set(TENSOR_DTYPES)
+
+
+def test_every_number_has_a_source_comment(preset):
+    text = (PRESET_DIR / f"{preset}.toml").read_text()
+    numeric = [m for line in text.splitlines() if (m := NUMBER_LINE.match(line))]
+    # One number per line: the dataclass's numeric fields plus one line per tensor dtype.
+    assert len(numeric) == len(NUMERIC_FIELDS) - 1 + len(TENSOR_DTYPES)
+    for m in numeric:
+        key, value, rest = m.groups()
+        assert rest.startswith("#"), f"{preset}: {key} = {value} has no source comment"
+        source = rest.lstrip("#").strip()
+        assert re.search(r"[A-Za-z]{2,}", source), f"{preset}: {key} source comment is empty"
+
+
+def test_exp_rate_is_16_per_sm_per_clock(preset):
+    hw = load_hardware(preset)
+    expected = 16 * hw.sm_count * hw.sm_clock_hz
+    assert hw.exp_ops_per_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_tensor_peak_matches_clock_and_sm_count(preset):
+    if preset not in BF16_FLOPS_PER_CLK_PER_SM:
+        pytest.skip("peak quoted at a different clock than the preset's measured clock")
+    hw = load_hardware(preset)
+    per_clk_per_sm = hw.tensor_flops_per_s["bf16"] / (hw.sm_count * hw.sm_clock_hz)
+    assert per_clk_per_sm == pytest.approx(BF16_FLOPS_PER_CLK_PER_SM[preset], rel=5e-3)
+
+
+def test_rates_are_ordered(preset):
+    hw = load_hardware(preset)
+    t = hw.tensor_flops_per_s
+    assert t["fp16"] == t["bf16"]
+    assert t["fp8"] >= t["bf16"] > t["fp32"] >= hw.fp32_flops_per_s > hw.exp_ops_per_s
+    assert hw.smem_per_cta_max_bytes <= hw.smem_per_sm_bytes
+    assert hw.l2_bandwidth_bytes_per_s > hw.hbm_bandwidth_bytes_per_s
+    assert hw.l2_latency_s < hw.hbm_latency_s
+    assert hw.l2_line_bytes % hw.l2_sector_bytes == 0
+    for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency"):
+        assert 0.5 <= getattr(hw, name) <= 1.0
+
+
+def test_hopper_derived_numbers():
+    for preset in ("h100-sxm5", "h200-sxm"):
+        hw = load_hardware(preset)
+        # arXiv:2501.12084v2: L2 4472 B/clk; ~300-cycle L2 hits; ~700-cycle DRAM accesses.
+        assert hw.l2_bandwidth_bytes_per_s == pytest.approx(4472 * hw.sm_clock_hz, rel=1e-9)
+        assert hw.l2_latency_s * hw.sm_clock_hz == pytest.approx(300, rel=1e-3)
+        assert hw.hbm_latency_s * hw.sm_clock_hz == pytest.approx(700, rel=1e-3)
+    h200 = load_hardware("h200-sxm")
+    assert h200.hbm_efficiency == pytest.approx(4.3e12 / 4.8e12, abs=1e-3)
+
+
+def test_same_chip_differs_only_where_it_should():
+    h100, h200 = load_hardware("h100-sxm5"), load_hardware("h200-sxm")
+    assert h200.hbm_bandwidth_bytes_per_s > h100.hbm_bandwidth_bytes_per_s
+    assert h200.hbm_bytes > h100.hbm_bytes
+    assert h200.tensor_flops_per_s == h100.tensor_flops_per_s
+    a40, a80 = load_hardware("a100-sxm4-40gb"), load_hardware("a100-sxm4-80gb")
+    assert a80.hbm_bandwidth_bytes_per_s > a40.hbm_bandwidth_bytes_per_s
+    differing = {k for k, v in a40.to_dict().items() if a80.to_dict()[k] != v}
+    assert differing == {"name", "display_name", "hbm_bytes", "hbm_bandwidth_bytes_per_s"}
+
+
+def _custom(tmp_path: Path, edit=lambda text: text, name: str = "my-gpu.toml") -> Path:
+    text = (PRESET_DIR / "h100-sxm5.toml").read_text()
+    text = text.replace('name = "h100-sxm5"', 'name = "my-gpu"', 1)
+    path = tmp_path / name
+    path.write_text(edit(text))
+    return path
+
+
+def test_custom_toml_path(tmp_path, capsys):
+    path = _custom(tmp_path)
+    hw = load_hardware(path)
+    assert hw.name == "my-gpu"
+    assert hw.sm_count == load_hardware("h100-sxm5").sm_count
+    rc, out, err = run_cli(capsys, ["hardware", "show", str(path), "--json"])
+    assert rc == 0 and err == ""
+    assert json.loads(out)["name"] == "my-gpu"
+
+
+def _drop_line(key: str):
+    return lambda text: re.sub(rf"(?m)^{key} = .*\n", "", text)
+
+
+def _set_value(key: str, value: str):
+    return lambda text: re.sub(rf"(?m)^{key} = [^#]*", f"{key} = {value}  ", text)
+
+
+BAD_FILES = {
+    "malformed": lambda text: text + "\nsm_count = = 3\n",
+    "missing key": _drop_line("l2_bytes"),
+    "unknown key": lambda text: text.replace("[l2]\n", "[l2]\nl3_bytes = 1  # made up\n"),
+    "negative": _set_value("sm_count", "-1"),
+    "efficiency above 1": _set_value("hbm_efficiency", "1.5"),
+    "missing dtype": _drop_line("fp8"),
+    "tensor rates not a table": lambda text: re.sub(
+        r"(?s)\[compute\.tensor_flops_per_s\].*?\n\n", "tensor_flops_per_s = 1.0e15\n\n", text),
+    "fractional count": _set_value("sm_count", "132.5"),
+    "boolean rate": _set_value("fp8", "true"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_toml_is_one_line_exit_2(case, tmp_path, capsys):
+    path = _custom(tmp_path, BAD_FILES[case])
+    rc, out, err = run_cli(capsys, ["hardware", "show", str(path)])
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("tilesim: error: ")
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["hardware", "show", "nope"],
+    ["hardware", "show", "no/such/file.toml"],
+])
+def test_unknown_hardware_is_one_line_exit_2(argv, capsys):
+    rc, out, err = run_cli(capsys, argv)
+    assert rc == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "nope" in err or "no/such/file.toml" in err
+
+
+def test_unknown_name_lists_known_presets(capsys):
+    _, _, err = run_cli(capsys, ["hardware", "show", "nope"])
+    assert all(name in err for name in PRESETS)
+
+
+def test_module_entry_point_unknown_hardware():
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator", "hardware", "show", "nope"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert 'unknown hardware "nope"' in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["hardware"], ["hardware", "list"]])
+def test_list_mentions_all_presets(argv, capsys):
+    rc, out, err = run_cli(capsys, argv)
+    assert rc == 0 and err == ""
+    for name in PRESETS:
+        assert name in out
+    assert "989" in out  # H100 bf16 dense TFLOPS
+
+
+def test_show_json_round_trips(preset, capsys):
+    rc, out, _ = run_cli(capsys, ["hardware", "show", preset, "--json"])
+    assert rc == 0
+    assert json.loads(out) == load_hardware(preset).to_dict()
+
+
+def test_show_human_readable(capsys):
+    rc, out, _ = run_cli(capsys, ["hardware", "show", "h100-sxm5"])
+    assert rc == 0
+    for text in ("NVIDIA H100", "228 KiB", "50 MiB", "3.35 TB/s", "1.83 GHz", "989 TFLOP/s",
+                 "90 %", "163.9 ns", "3 µs"):
+        assert text in out, text

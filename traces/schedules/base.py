@@ -1,0 +1,174 @@
+"""The building blocks every schedule is made of: tensors, tile accesses, kernels.
+
+A schedule describes each kernel launch as a grid of CTAs (in hardware launch order) and one
+program template that every CTA runs: a prologue, a loop of iterations and an epilogue. Each
+phase is an ordered list of steps; a step is a tile load, a tile store or a compute step.
+Tile coordinates and compute amounts are functions of the CTA's coordinates and the loop
+index, evaluated on numpy arrays for all CTAs (and iterations) at once, so a schedule of
+tens of millions of accesses expands in a fraction of a second.
+
+The compact form (``Kernel``) is what the timing simulator consumes; ``traces.trace`` expands
+it into one record per access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ALIGN_BYTES = 256
+
+LOAD, STORE, COMPUTE = 0, 1, 2
+PRE, LOOP, POST = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A row-major tensor viewed as ``[planes, rows, cols]`` at a virtual base address."""
+
+    name: str
+    planes: int
+    rows: int
+    cols: int
+    elem_bytes: int
+    base: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.planes * self.rows * self.cols * self.elem_bytes
+
+
+def allocate(tensors: list[Tensor]) -> dict[str, Tensor]:
+    """Place tensors one after another, each base aligned to 256 bytes, in list order."""
+    placed, address = {}, 0
+    for t in tensors:
+        address = -(-address // ALIGN_BYTES) * ALIGN_BYTES
+        placed[t.name] = Tensor(t.name, t.planes, t.rows, t.cols, t.elem_bytes, address)
+        address += t.nbytes
+    return placed
+
+
+Coords = Callable[[dict], tuple]  # ctx -> (plane, row_block, col_block) arrays
+ComputeFn = Callable[[dict], tuple]  # ctx -> (tensor_flops, exp_ops, other_flops) arrays
+
+
+@dataclass(frozen=True)
+class Access:
+    """A tile load or store: ``tile_rows x tile_cols`` elements at block coordinates."""
+
+    kind: int  # LOAD or STORE
+    tensor: str
+    tile_rows: int
+    tile_cols: int
+    coords: Coords
+    when: Callable[[dict], np.ndarray] | None = None  # the step happens only where True
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A compute step; ``amounts`` gives tensor-core FLOPs, exps and other FLOPs."""
+
+    amounts: ComputeFn
+    when: Callable[[dict], np.ndarray] | None = None
+    kind: int = COMPUTE
+
+
+Step = Access | Compute
+
+
+def step_mask(step: Step, ctx: dict) -> np.ndarray:
+    """Where (per CTA or per iteration) ``step`` happens."""
+    size = ctx["cta"].shape
+    if step.when is None:
+        return np.ones(size, dtype=bool)
+    return np.broadcast_to(np.asarray(step.when(ctx), dtype=bool), size)
+
+
+@dataclass
+class Kernel:
+    """One kernel launch: CTAs in launch order and the program they run.
+
+    ``ctas`` maps coordinate names (e.g. ``"b"``, ``"h"``, ``"i"``) to int64 arrays of length
+    ``grid``; ``loop_count`` gives each CTA's number of loop iterations. Loop steps see the
+    CTA's coordinates plus ``"t"`` (the iteration index, 0-based) in their context.
+    ``sram_bytes`` is the shared memory one CTA holds (streamed tiles times ``num_stages``).
+    """
+
+    name: str
+    ctas: dict[str, np.ndarray]
+    loop_count: np.ndarray
+    pre: list[Step]
+    loop: list[Step]
+    post: list[Step]
+    sram_bytes: int
+    tensors: dict[str, Tensor]
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def grid(self) -> int:
+        return int(self.loop_count.shape[0])
+
+    def loop_context(self) -> dict[str, np.ndarray]:
+        """Context of every loop iteration of every CTA: CTA coordinates, ``t`` and ``cta``."""
+        counts = self.loop_count.astype(np.int64)
+        owner = np.repeat(np.arange(self.grid, dtype=np.int64), counts)
+        first = np.zeros(self.grid, dtype=np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        ctx = {name: values[owner] for name, values in self.ctas.items()}
+        ctx["t"] = np.arange(owner.size, dtype=np.int64) - first[owner]
+        ctx["cta"] = owner
+        return ctx
+
+    def cta_context(self) -> dict[str, np.ndarray]:
+        ctx = dict(self.ctas)
+        ctx["cta"] = np.arange(self.grid, dtype=np.int64)
+        return ctx
+
+
+def valid_extent(block: np.ndarray, tile: int, length: int) -> np.ndarray:
+    """Valid elements of block ``block`` of size ``tile`` in a dimension of ``length``."""
+    return np.clip(length - block * tile, 0, tile)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid_coords(*axes: tuple[str, int]) -> dict[str, np.ndarray]:
+    """CTA coordinates of a grid, first axis fastest: ``grid_coords(("i", Tr), ("bh", BH))``."""
+    sizes = [n for _, n in axes]
+    total = int(np.prod(sizes))
+    flat = np.arange(total, dtype=np.int64)
+    coords = {}
+    for name, n in axes:
+        coords[name] = flat % n
+        flat = flat // n
+    return coords
+
+
+def causal_last_block(
+    row_block: np.ndarray, block_m: int, block_n: int, seq_q: int, seq_kv: int
+) -> np.ndarray:
+    """Number of K/V blocks a causal Q block ``row_block`` must visit (0 if none).
+
+    Row ``r`` sees columns ``c <= r + seq_kv - seq_q``; the block's last valid row decides.
+    """
+    last_row = np.minimum((row_block + 1) * block_m, seq_q) - 1
+    last_col = last_row + (seq_kv - seq_q)
+    tc = cdiv(seq_kv, block_n)
+    return np.clip(np.floor_divide(last_col, block_n) + 1, 0, tc)
+
+
+def causal_first_row_block(
+    col_block: np.ndarray, block_m: int, block_n: int, seq_q: int, seq_kv: int
+) -> np.ndarray:
+    """First Q block that is not fully masked for K/V block ``col_block`` (Tr if none)."""
+    tr = cdiv(seq_q, block_m)
+    # Q block i visits column block j iff j < causal_last_block(i); that is monotone in i.
+    first_col = col_block * block_n
+    # Smallest row r with r + (seq_kv - seq_q) >= first_col.
+    first_row = np.maximum(first_col - (seq_kv - seq_q), 0)
+    return np.minimum(first_row // block_m, tr).astype(np.int64)
