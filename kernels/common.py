@@ -6,8 +6,6 @@ schedule skips and splits the rest into unmasked blocks (no mask arithmetic, unm
 and masked ones (the causal diagonal and the partial tile at the end of a sequence).
 """
 
-from __future__ import annotations
-
 import contextlib
 import math
 

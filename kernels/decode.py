@@ -7,8 +7,6 @@ writes a normalised partial output and its LSE; ``decode_reduce`` rescales and s
 partials per query head. Schedule ``decode``, docs/schedules.md.
 """
 
-from __future__ import annotations
-
 import torch
 import triton
 import triton.language as tl

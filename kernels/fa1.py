@@ -7,8 +7,6 @@ exists so that the model's FA1 traffic can be checked against a real kernel.
 Schedule ``fa1``, docs/schedules.md.
 """
 
-from __future__ import annotations
-
 import torch
 import triton
 import triton.language as tl

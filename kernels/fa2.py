@@ -10,8 +10,6 @@ Softmax runs in base 2: scores are multiplied by ``sm_scale * log2(e)`` once so 
 ``exp2`` (a single MUFU instruction) replaces ``exp``. LSE is stored in natural-log units.
 """
 
-from __future__ import annotations
-
 import torch
 import triton
 import triton.language as tl

@@ -102,12 +102,14 @@ def count_traffic() -> Iterator[list[dict]]:
         recorder.access(ptrs, mask, "global_write")
         return original_store(ptrs, value, mask, cache_policy)
 
+    patched = {"create_masked_load": load, "create_masked_store": store}
+    shadowed = {name: builder.__dict__[name] for name in patched if name in builder.__dict__}
     executor._init_args_hst = init_args
-    builder.create_masked_load = load
-    builder.create_masked_store = store
+    builder.__dict__.update(patched)
     try:
         yield recorder.launches
     finally:
         executor._init_args_hst = original_init_args
-        del builder.create_masked_load
-        del builder.create_masked_store
+        for name in patched:
+            del builder.__dict__[name]
+        builder.__dict__.update(shadowed)

@@ -8,8 +8,6 @@ stored in the problem dtype, as a PyTorch implementation at that precision store
 Every block is computed, causal or not. Schedule ``naive``, docs/schedules.md.
 """
 
-from __future__ import annotations
-
 import torch
 import triton
 import triton.language as tl

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from traces.expand import RECORD_DTYPE, expand_kernel
 from traces.problem import AttentionProblem, ProblemError
 from traces.schedules import Schedule, build_schedule
-from traces.schedules.base import COMPUTE, LOAD, STORE, Tensor
+from traces.schedules.base import LOAD, STORE, Tensor
 from traces.tiling import Tiling
 
 TRACE_SCHEMA = "tilesim.trace/1"
@@ -94,20 +95,32 @@ def iter_kernel_traces(sched: Schedule) -> Iterator[KernelTrace]:
         yield KernelTrace(kernel.name, kernel.grid, expand_kernel(kernel, ids))
 
 
+@njit(cache=True)
+def _sum_records(records, n_tensors):  # pragma: no cover - numba
+    reads = np.zeros(n_tensors, dtype=np.int64)
+    writes = np.zeros(n_tensors, dtype=np.int64)
+    work = np.zeros(3, dtype=np.int64)
+    for i in range(records.shape[0]):
+        r = records[i]
+        if r.op == LOAD:
+            reads[r.tensor] += r.bytes
+        elif r.op == STORE:
+            writes[r.tensor] += r.bytes
+        else:
+            work[0] += r.tensor_flops
+            work[1] += r.exp_ops
+            work[2] += r.other_flops
+    return reads, writes, work
+
+
 def record_counts(records: np.ndarray, n_tensors: int) -> dict:
-    """Bytes read and written per tensor index, and compute totals, from records."""
-    op, tensor, nbytes = records["op"], records["tensor"], records["bytes"]
-    out = {}
-    for name, kind in (("reads", LOAD), ("writes", STORE)):
-        sel = op == kind
-        # NOTE: integer bincount via np.add.at would be exact but slow; bytes per kernel
-        # stay far below 2**53, so float64 weights are exact here.
-        out[name] = np.bincount(tensor[sel], weights=nbytes[sel], minlength=n_tensors)
-    compute = op == COMPUTE
-    out["tensor_flops"] = int(records["tensor_flops"][compute].sum())
-    out["exp_ops"] = int(records["exp_ops"][compute].sum())
-    out["other_flops"] = int(records["other_flops"][compute].sum())
-    return out
+    """Bytes read and written per tensor index, and compute totals, from records.
+
+    One compiled pass over the records (the replay path of ``tilesim replay``).
+    """
+    reads, writes, work = _sum_records(records, n_tensors)
+    return {"reads": reads, "writes": writes, "tensor_flops": int(work[0]),
+            "exp_ops": int(work[1]), "other_flops": int(work[2])}
 
 
 # ---- Parquet -----------------------------------------------------------------------------
