@@ -94,7 +94,7 @@ def test_dramsim_export_format():
     lines = export.write_dramsim3((k.records for k in trace.kernels), buf, 6, total)
     text = buf.getvalue().decode().splitlines()
     assert lines == total == len(text)
-    for index, line in enumerate(text[:50] + text[-50:]):
+    for line in text[:50] + text[-50:]:
         addr, op, cycle = line.split(" ")
         assert addr.startswith("0x") and op in ("READ", "WRITE")
     assert [int(line.split()[2]) for line in text] == list(range(total))

@@ -5,8 +5,9 @@ outer loop walks the K/V blocks (each loaded once) and the inner loop walks the 
 re-reading Q_i, O_i, l_i, m_i and writing O_i, l_i, m_i back at every inner step. This is
 the loop order whose traffic Theorem 2 bounds; FA2 swaps the loops and keeps O on chip.
 
-The loop here is flattened: iteration ``t`` is the ``t``-th (K/V block, Q block) pair, and
-the K/V loads happen at the first pair of each K/V block.
+The loops here are flattened into one: iterations ``0..Tr-1`` initialise O, l, m block by
+block, then iteration ``Tr + k`` is the ``k``-th (K/V block, Q block) pair; the K/V loads
+happen at the first pair of each K/V block.
 """
 
 from __future__ import annotations
@@ -65,46 +66,56 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     ctas = grid_coords(("bh", p.batch * p.heads))
     n_pairs = pair_j.size
 
+    # Iterations 0..Tr-1 initialise O = 0, l = 0, m = -inf block by block; the rest walk
+    # the (K/V block, Q block) pairs.
+    def init(c):
+        return c["t"] < tr
+
+    def pair(c):
+        return c["t"] >= tr
+
+    def pair_index(c):
+        return np.maximum(c["t"] - tr, 0)
+
+    def init_block(c):
+        return c["bh"], np.minimum(c["t"], tr - 1), 0
+
     def q_block(c):
-        return c["bh"], pair_i[c["t"]], 0
+        return c["bh"], pair_i[pair_index(c)], 0
 
     def kv_block(c):
-        return kv_plane(p, c["bh"]), pair_j[c["t"]], 0
+        return kv_plane(p, c["bh"]), pair_j[pair_index(c)], 0
+
+    def opens(c):
+        return pair(c) & opens_block[pair_index(c)]
 
     def step(c):
-        i, j = pair_i[c["t"]], pair_j[c["t"]]
-        rows = valid_extent(i, bm, p.seq_q)
-        cols = valid_extent(j, bn, p.seq_kv)
+        k = pair_index(c)
+        rows = valid_extent(pair_i[k], bm, p.seq_q)
+        cols = valid_extent(pair_j[k], bn, p.seq_kv)
         # S = QK^T and PV; exps of scores and two rescales per row (old and new O);
         # scale/max/sub/sum per score, O rescale and update per output element.
         return 4 * rows * cols * d, rows * cols + 2 * rows, 4 * rows * cols + 3 * rows * d
 
-    def opens(c):
-        return opens_block[c["t"]]
-
-    def kv_load(name):
-        # K_j, V_j are loaded once per K/V block, at the first pair of the block.
-        return Access(LOAD, name, bn, d, kv_block, when=opens)
-
-    init = []
-    for i in range(tr):
-        def init_tile(c, i=i):
-            return c["bh"], i, 0
-        init += [Access(STORE, "o", bm, d, init_tile), Access(STORE, "l", bm, 1, init_tile),
-                 Access(STORE, "m", bm, 1, init_tile)]
+    loop = [Access(STORE, "o", bm, d, init_block, when=init),
+            Access(STORE, "l", bm, 1, init_block, when=init),
+            Access(STORE, "m", bm, 1, init_block, when=init),
+            # K_j, V_j are loaded once per K/V block, at the first pair of the block.
+            Access(LOAD, "k", bn, d, kv_block, when=opens),
+            Access(LOAD, "v", bn, d, kv_block, when=opens)]
+    loop += [Access(LOAD, name, bm, cols, q_block, when=pair)
+             for name, cols in (("q", d), ("o", d), ("l", 1), ("m", 1))]
+    loop += [Compute(step, when=pair)]
+    loop += [Access(STORE, name, bm, cols, q_block, when=pair)
+             for name, cols in (("o", d), ("l", 1), ("m", 1))]
 
     streamed = 2 * bm * d * s + 2 * bm * STATS_BYTES
     return [Kernel(
         name="fa1_fwd",
         ctas=ctas,
-        loop_count=np.full(p.batch * p.heads, n_pairs, dtype=np.int64),
-        pre=init,
-        loop=[kv_load("k"), kv_load("v"),
-              Access(LOAD, "q", bm, d, q_block), Access(LOAD, "o", bm, d, q_block),
-              Access(LOAD, "l", bm, 1, q_block), Access(LOAD, "m", bm, 1, q_block),
-              Compute(step),
-              Access(STORE, "o", bm, d, q_block), Access(STORE, "l", bm, 1, q_block),
-              Access(STORE, "m", bm, 1, q_block)],
+        loop_count=np.full(p.batch * p.heads, tr + n_pairs, dtype=np.int64),
+        pre=[],
+        loop=loop,
         post=[],
         sram_bytes=2 * bn * d * s + t.num_stages * streamed,
         tensors=tensors,

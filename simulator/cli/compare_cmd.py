@@ -1,0 +1,83 @@
+"""`tilesim compare`: naive attention and FlashAttention-2 side by side on one problem."""
+
+from __future__ import annotations
+
+from simulator.cli.common import (
+    add_hardware_arg,
+    add_problem_args,
+    add_tiling_args,
+    print_json,
+    problem_from_args,
+    tiling_from_args,
+)
+
+SCHEDULES = ("naive", "fa2")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("compare", help="naive attention vs FlashAttention-2, side by side")
+    add_hardware_arg(p)
+    add_problem_args(p, schedule=False)
+    add_tiling_args(p)
+    p.add_argument("--json", action="store_true", help="print both predictions as JSON")
+    p.set_defaults(func=run)
+
+
+def predict_both(problem, tiling, hw) -> dict:
+    from simulator.sim import simulate
+
+    return {name: simulate(problem, tiling, name, hw) for name in SCHEDULES}
+
+
+def render(preds: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from simulator.cli.render import fmt_bytes, fmt_count, fmt_time
+
+    naive, fa2 = preds["naive"], preds["fa2"]
+    table = Table(title=f"naive vs FlashAttention-2 on {fa2['hardware']}", title_justify="left")
+    table.add_column("")
+    for name in SCHEDULES:
+        table.add_column(name, justify="right")
+    table.add_column("naive / fa2", justify="right")
+
+    def ratio(a, b):
+        return f"{a / b:,.1f}x" if a is not None and b else "-"
+
+    def row(label, key, fmt):
+        a, b = key(naive), key(fa2)
+        table.add_row(label, fmt(a), fmt(b), ratio(a, b))
+
+    row("time", lambda p: p["time_s"], fmt_time)
+    row("global (L2) read", lambda p: p["bytes"]["global_read"], fmt_bytes)
+    row("global (L2) write", lambda p: p["bytes"]["global_write"], fmt_bytes)
+    row("DRAM read", lambda p: p["bytes"]["dram_read"], fmt_bytes)
+    row("DRAM write", lambda p: p["bytes"]["dram_write"], fmt_bytes)
+    row("intermediates written (S, P, LSE)", _intermediate_bytes, fmt_bytes)
+    row("tensor FLOPs", lambda p: p["flops"]["tensor"], fmt_count)
+    row("kernels", lambda p: len(p["kernels"]), str)
+    table.add_row("bound", str(naive["bound"]), str(fa2["bound"]), "")
+    tflops = [p["flops"]["convention"] / p["time_s"] / 1e12 if p["time_s"] else None
+              for p in (naive, fa2)]
+    table.add_row("TFLOP/s (paper convention)",
+                  *(f"{t:,.0f}" if t is not None else "-" for t in tflops), "")
+    Console().print(table)
+
+
+def _intermediate_bytes(pred: dict) -> int:
+    """Bytes a schedule writes to tensors other than Q, K, V and O (S and P, or LSE)."""
+    return sum(t["global_write"] for name, t in pred["per_tensor"].items()
+               if name not in ("q", "k", "v", "o"))
+
+
+def run(args) -> int:
+    from simulator.hardware import load_hardware
+
+    hw = load_hardware(args.hardware)
+    preds = predict_both(problem_from_args(args), tiling_from_args(args), hw)
+    if args.json:
+        print_json(preds)
+    else:
+        render(preds)
+    return 0
