@@ -19,7 +19,8 @@ BACKWARD_ALGORITHMS = ("naive", "fa2")
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, tiling: Tiling, algorithm: str, sm_scale: float):
+    def forward(ctx, q, k, v, causal: bool, tiling: Tiling, bwd_tiling: Tiling, algorithm: str,
+                sm_scale: float):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         saved = ()
         if algorithm == "fa2":
@@ -33,7 +34,8 @@ class _Attention(torch.autograd.Function):
         else:
             o = decode.forward(q, k, v, causal, tiling, sm_scale)
         ctx.save_for_backward(*saved)
-        ctx.causal, ctx.tiling, ctx.algorithm, ctx.sm_scale = causal, tiling, algorithm, sm_scale
+        ctx.causal, ctx.algorithm, ctx.sm_scale = causal, algorithm, sm_scale
+        ctx.tiling = bwd_tiling
         return o
 
     @staticmethod
@@ -50,7 +52,7 @@ class _Attention(torch.autograd.Function):
         else:
             q, k, v, o, p = ctx.saved_tensors
             dq, dk, dv = naive.backward(do, q, k, v, o, p, ctx.tiling, ctx.sm_scale)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -61,16 +63,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     bfloat16; d in 16, 32, 64, 128, 256. Accumulation is fp32; the output has q's dtype.
     Causal masking is bottom-right aligned (row r sees columns c <= r + Nkv - Nq); rows that
     see no key output 0. ``algorithm`` is one of naive, fa1, fa2, decode (decode needs
-    Nq <= 16 and uses ``tiling.split_kv``).
+    Nq <= 16 and uses ``tiling.split_kv``). The backward runs with the same tiling, or,
+    when none is given, with a default sized for the backward kernels.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     check_qkv(q, k, v)
-    if tiling is None:
-        tiling = default_tiling(algorithm, q.shape[-1])
-    if not isinstance(tiling, Tiling):
+    if tiling is not None and not isinstance(tiling, Tiling):
         raise TypeError(f"tiling must be a traces.tiling.Tiling, got {type(tiling).__name__}")
+    bwd_tiling = tiling or default_tiling(algorithm, q.shape[-1], backward=True)
+    tiling = tiling or default_tiling(algorithm, q.shape[-1])
     if algorithm == "decode":
         decode.check(q.shape[2], k.shape[2], tiling)
     sm_scale = q.shape[-1] ** -0.5
-    return _Attention.apply(q, k, v, bool(causal), tiling, algorithm, sm_scale)
+    return _Attention.apply(q, k, v, bool(causal), tiling, bwd_tiling, algorithm, sm_scale)

@@ -10,7 +10,6 @@ import contextlib
 import math
 
 import numpy as np
-
 import torch
 import triton
 import triton.language as tl
@@ -124,8 +123,15 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                          f"(tl.arange needs a power of two), got {d}")
 
 
-def default_tiling(algorithm: str, head_dim: int) -> Tiling:
-    """A reasonable tiling when the caller gives none (autotuning picks better ones)."""
+def default_tiling(algorithm: str, head_dim: int, backward: bool = False) -> Tiling:
+    """A reasonable tiling when the caller gives none (autotuning picks better ones).
+
+    The backward kernels hold more tiles per CTA (K, V, dK, dV besides Q and dO), so they
+    get smaller blocks that fit shared memory on sm_80 as on sm_90.
+    """
+    if backward:
+        block = 64 if head_dim <= 128 else 32
+        return Tiling(block_m=block, block_n=block, num_stages=2, num_warps=4)
     if algorithm == "fa2":
         return Tiling(block_m=128, block_n=64 if head_dim <= 128 else 32, num_stages=3,
                       num_warps=8 if head_dim >= 128 else 4)

@@ -19,7 +19,7 @@ MAX_DECODE_QUERIES = 16
 
 
 @triton.jit
-def decode_split(Q, K, V, O_PARTIAL, LSE_PARTIAL, sm_scale, n_q, n_kv, G, n_split, chunk,
+def decode_split(Q, K, V, O_PARTIAL, LSE_PARTIAL, sm_scale, n_q, n_kv, group, n_split, chunk,
                  CAUSAL: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
                  HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: decode, kernel decode_split, docs/schedules.md. Grid (S, B*Hkv).
@@ -29,7 +29,7 @@ def decode_split(Q, K, V, O_PARTIAL, LSE_PARTIAL, sm_scale, n_q, n_kv, G, n_spli
     """
     sp = tl.program_id(0)
     kv_bh = tl.program_id(1)
-    n_rows = G * n_q
+    n_rows = group * n_q
     causal_off = n_kv - n_q
     rows = tl.arange(0, BLOCK_R)
     row_ok = rows < n_rows
@@ -65,20 +65,20 @@ def decode_split(Q, K, V, O_PARTIAL, LSE_PARTIAL, sm_scale, n_q, n_kv, G, n_spli
 
 
 @triton.jit
-def decode_reduce(O_PARTIAL, LSE_PARTIAL, O, n_q, H, G, n_split, BLOCK_Q: tl.constexpr,
+def decode_reduce(O_PARTIAL, LSE_PARTIAL, O, n_q, n_heads, group, n_split, BLOCK_Q: tl.constexpr,
                   HEAD_DIM: tl.constexpr):
     """Schedule: decode, kernel decode_reduce, docs/schedules.md. Grid (B*H).
 
     O = sum_s exp(lse_s - lse) O_s with lse = log sum_s exp(lse_s), over the S splits.
     """
     bh = tl.program_id(0)
-    h = bh % H
-    kv_bh = (bh // H) * (H // G) + h // G
+    h = bh % n_heads
+    kv_bh = (bh // n_heads) * (n_heads // group) + h // group
     rows = tl.arange(0, BLOCK_Q)
     row_ok = rows < n_q
     offs_d = tl.arange(0, HEAD_DIM)
-    n_rows = G * n_q
-    first_row = (h % G) * n_q  # this head's Nq rows inside its group tile
+    n_rows = group * n_q
+    first_row = (h % group) * n_q  # this head's Nq rows inside its group tile
     acc = tl.zeros([BLOCK_Q, HEAD_DIM], dtype=tl.float32)
     total = tl.zeros([BLOCK_Q], dtype=tl.float32)
     m_i = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)

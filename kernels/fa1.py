@@ -16,7 +16,7 @@ from traces.tiling import Tiling
 
 
 @triton.jit
-def fa1_fwd(Q, K, V, O, L, M, sm_scale, n_q, n_kv, H, G, CAUSAL: tl.constexpr,
+def fa1_fwd(Q, K, V, O, L, M, sm_scale, n_q, n_kv, n_heads, group, CAUSAL: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
             DOT_FP32: tl.constexpr):
     """Schedule: fa1 forward, kernel fa1_fwd, docs/schedules.md. Grid (B*H).
@@ -24,7 +24,7 @@ def fa1_fwd(Q, K, V, O, L, M, sm_scale, n_q, n_kv, H, G, CAUSAL: tl.constexpr,
     Q, O: [B, H, Nq, d]; K, V: [B, H/G, Nkv, d]; L, M: [B, H, Nq] fp32.
     """
     bh = tl.program_id(0)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     causal_off = n_kv - n_q
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -24,9 +24,6 @@ from kernels.common import (
 )
 from traces.tiling import Tiling
 
-LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2): converts a base-2 log-sum-exp back to natural log
-
 
 @triton.jit
 def attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, q_pos, block_lo, block_hi, n_kv,
@@ -73,7 +70,7 @@ def attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, q_pos, block_lo, block_hi, 
 
 
 @triton.jit
-def fa2_fwd(Q, K, V, O, LSE, sm_scale, n_q, n_kv, H, G, CAUSAL: tl.constexpr,
+def fa2_fwd(Q, K, V, O, LSE, sm_scale, n_q, n_kv, n_heads, group, CAUSAL: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
             DOT_FP32: tl.constexpr):
     """Schedule: fa2 forward, kernel fa2_fwd, docs/schedules.md. Grid (Tr, B*H).
@@ -82,7 +79,7 @@ def fa2_fwd(Q, K, V, O, LSE, sm_scale, n_q, n_kv, H, G, CAUSAL: tl.constexpr,
     """
     i = tl.program_id(0)
     bh = tl.program_id(1)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     causal_off = n_kv - n_q
     offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -174,7 +171,7 @@ def bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, LSE, DELTA, offs_n, block_lo, 
 
 
 @triton.jit
-def fa2_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, n_q, n_kv, H, G,
+def fa2_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, n_q, n_kv, n_heads, group,
                  CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: fa2 backward, kernel fa2_bwd_dkdv, docs/schedules.md. Grid (Tc, B*Hkv).
@@ -184,8 +181,8 @@ def fa2_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, n_q, n_kv, H, G,
     """
     j = tl.program_id(0)
     kv_bh = tl.program_id(1)
-    h_kv = H // G
-    first_bh = (kv_bh // h_kv) * H + (kv_bh % h_kv) * G
+    h_kv = n_heads // group
+    first_bh = (kv_bh // h_kv) * n_heads + (kv_bh % h_kv) * group
     causal_off = n_kv - n_q
     offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -199,7 +196,7 @@ def fa2_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, n_q, n_kv, H, G,
     start, mid, tail = q_blocks_visible(j * BLOCK_N, n_q, causal_off, CAUSAL, BLOCK_M, BLOCK_N)
     n_blocks = tl.cdiv(n_q, BLOCK_M)
     q_tile = tl.arange(0, BLOCK_M)[:, None] * HEAD_DIM + offs_d[None, :]
-    for g in range(G):
+    for g in range(group):
         bh = first_bh + g
         q_off = bh.to(tl.int64) * n_q * HEAD_DIM
         stat_off = bh.to(tl.int64) * n_q
@@ -247,16 +244,16 @@ def bwd_dq_inner(dq, q, do, lse2, delta, k_ptrs, v_ptrs, rows, block_lo, block_h
 
 
 @triton.jit
-def fa2_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, n_q, n_kv, H, G, CAUSAL: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               DOT_FP32: tl.constexpr):
+def fa2_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, n_q, n_kv, n_heads, group,
+               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: fa2 backward, kernel fa2_bwd_dq, docs/schedules.md. Grid (Tr, B*H).
 
     One CTA per Q block; recomputes P from LSE for each visible K/V block; dQ written once.
     """
     i = tl.program_id(0)
     bh = tl.program_id(1)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     causal_off = n_kv - n_q
     offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)

@@ -26,13 +26,13 @@ def _tile_ptrs(start_r, start_c, n_r, n_c, ROWS: tl.constexpr, COLS: tl.constexp
 
 
 @triton.jit
-def naive_qk(Q, K, S, sm_scale, n_q, n_kv, H, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+def naive_qk(Q, K, S, sm_scale, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive forward, kernel naive_qk, docs/schedules.md. Grid (Tc, Tr, B*H)."""
     j = tl.program_id(0)
     i = tl.program_id(1)
     bh = tl.program_id(2)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     q_offs, q_ok = _tile_ptrs(i * BLOCK_M, 0, n_q, HEAD_DIM, BLOCK_M, HEAD_DIM)
     k_offs, k_ok = _tile_ptrs(j * BLOCK_N, 0, n_kv, HEAD_DIM, BLOCK_N, HEAD_DIM)
     q = tl.load(Q + bh.to(tl.int64) * n_q * HEAD_DIM + q_offs, mask=q_ok, other=0.0)
@@ -67,12 +67,12 @@ def naive_softmax(S, P, n_q, n_kv, CAUSAL: tl.constexpr, ROW: tl.constexpr):
 
 
 @triton.jit
-def naive_pv(P, V, O, n_q, n_kv, H, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def naive_pv(P, V, O, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive forward, kernel naive_pv, docs/schedules.md. Grid (Tr, B*H)."""
     i = tl.program_id(0)
     bh = tl.program_id(1)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start_n in range(0, n_kv, BLOCK_N):
         p_offs, p_ok = _tile_ptrs(i * BLOCK_M, start_n, n_q, n_kv, BLOCK_M, BLOCK_N)
@@ -85,8 +85,8 @@ def naive_pv(P, V, O, n_q, n_kv, H, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
-def _grouped_tn(A, B, C, n_q, n_kv, H, G, scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
+def _grouped_tn(A, B, C, n_q, n_kv, n_heads, group, scale, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """C_j = scale * sum over the G heads and Q blocks of A(i, j)^T B_i (one K/V block j).
 
     A: [B, H, Nq, Nkv] score-shaped, B: [B, H, Nq, d], C: [B, Hkv, Nkv, d]. Serves
@@ -94,10 +94,10 @@ def _grouped_tn(A, B, C, n_q, n_kv, H, G, scale, BLOCK_M: tl.constexpr, BLOCK_N:
     """
     j = tl.program_id(0)
     kv_bh = tl.program_id(1)
-    h_kv = H // G
-    first_bh = (kv_bh // h_kv) * H + (kv_bh % h_kv) * G
+    h_kv = n_heads // group
+    first_bh = (kv_bh // h_kv) * n_heads + (kv_bh % h_kv) * group
     acc = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    for g in range(G):
+    for g in range(group):
         bh = (first_bh + g).to(tl.int64)
         for start_m in range(0, n_q, BLOCK_M):
             a_offs, a_ok = _tile_ptrs(start_m, j * BLOCK_N, n_q, n_kv, BLOCK_M, BLOCK_N)
@@ -111,24 +111,25 @@ def _grouped_tn(A, B, C, n_q, n_kv, H, G, scale, BLOCK_M: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
-def naive_bwd_dv(P, DO, DV, n_q, n_kv, H, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def naive_bwd_dv(P, DO, DV, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive backward, kernel naive_bwd_dv, docs/schedules.md. Grid (Tc, B*Hkv)."""
-    _grouped_tn(P, DO, DV, n_q, n_kv, H, G, 1.0, BLOCK_M, BLOCK_N, HEAD_DIM, DOT_FP32)
+    _grouped_tn(P, DO, DV, n_q, n_kv, n_heads, group, 1.0, BLOCK_M, BLOCK_N, HEAD_DIM, DOT_FP32)
 
 
 @triton.jit
-def naive_bwd_dk(DS, Q, DK, sm_scale, n_q, n_kv, H, G, BLOCK_M: tl.constexpr,
+def naive_bwd_dk(DS, Q, DK, sm_scale, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive backward, kernel naive_bwd_dk, docs/schedules.md. Grid (Tc, B*Hkv)."""
-    _grouped_tn(DS, Q, DK, n_q, n_kv, H, G, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM, DOT_FP32)
+    _grouped_tn(DS, Q, DK, n_q, n_kv, n_heads, group, sm_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
+                DOT_FP32)
 
 
 @triton.jit
-def naive_bwd_dp(DO, V, DP, n_q, n_kv, H, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def naive_bwd_dp(DO, V, DP, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive backward, kernel naive_bwd_dp, docs/schedules.md. Grid (Tc, Tr, B*H)."""
-    naive_qk(DO, V, DP, 1.0, n_q, n_kv, H, G, BLOCK_M, BLOCK_N, HEAD_DIM, DOT_FP32)
+    naive_qk(DO, V, DP, 1.0, n_q, n_kv, n_heads, group, BLOCK_M, BLOCK_N, HEAD_DIM, DOT_FP32)
 
 
 @triton.jit
@@ -153,7 +154,7 @@ def naive_bwd_ds(DO, O, P, DP, DS, n_q, n_kv, BLOCK_M: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def naive_bwd_dq(DS, K, DQ, sm_scale, n_q, n_kv, H, G, BLOCK_M: tl.constexpr,
+def naive_bwd_dq(DS, K, DQ, sm_scale, n_q, n_kv, n_heads, group, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DOT_FP32: tl.constexpr):
     """Schedule: naive backward, kernel naive_bwd_dq, docs/schedules.md. Grid (Tr, B*H).
 
@@ -161,7 +162,7 @@ def naive_bwd_dq(DS, K, DQ, sm_scale, n_q, n_kv, H, G, BLOCK_M: tl.constexpr,
     """
     i = tl.program_id(0)
     bh = tl.program_id(1)
-    kv_bh = (bh // H) * (H // G) + (bh % H) // G
+    kv_bh = (bh // n_heads) * (n_heads // group) + (bh % n_heads) // group
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start_n in range(0, n_kv, BLOCK_N):
         s_offs, s_ok = _tile_ptrs(i * BLOCK_M, start_n, n_q, n_kv, BLOCK_M, BLOCK_N)
@@ -179,6 +180,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, til
     """Run naive_qk, naive_softmax, naive_pv. Returns (o, p); p is kept for the backward."""
     b, h, n_q, d = q.shape
     h_kv, n_kv = k.shape[1], k.shape[2]
+    if n_q * n_kv >= 2**31:
+        raise ValueError(f"naive attention indexes one head's {n_q} x {n_kv} scores with 32-bit "
+                         "offsets; Nq * Nkv must be below 2**31")
     g, bm, bn = h // h_kv, tiling.block_m, tiling.block_n
     tr, tc = cdiv(n_q, bm), cdiv(n_kv, bn)
     opts = {"num_warps": tiling.num_warps, "num_stages": tiling.num_stages}

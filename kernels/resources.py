@@ -5,21 +5,23 @@ gives the shared memory a CTA allocates, and the cuobjdump that ships inside Tri
 reads the registers per thread (and local-memory spill bytes) from the cubin. These feed
 the simulator's occupancy and legality checks.
 
-Compilation runs in worker processes with the interpreter switched off, because kernels
-defined under ``TRITON_INTERPRET=1`` cannot be compiled; it also uses every core.
+Compilation runs in worker processes (``python -m kernels.resources``) with the interpreter
+switched off, because kernels defined under ``TRITON_INTERPRET=1`` cannot be compiled; it
+also uses every core.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import importlib
 import inspect
 import itertools
-import multiprocessing
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,13 +38,13 @@ KERNELS = {
     "fa2_fwd": "fa2", "fa2_bwd_preprocess": "fa2", "fa2_bwd_dkdv": "fa2", "fa2_bwd_dq": "fa2",
     "decode_split": "decode", "decode_reduce": "decode",
 }
-ARCHS = (80, 90)
 # Largest dynamic shared memory one CTA may use, bytes (CUDA programming guide, table of
 # compute capabilities: 163 KB on sm_80, 227 KB on sm_90).
 MAX_SHARED_BYTES = {80: 163 * 1024, 90: 227 * 1024}
 # Tensors held in fp32 whatever the problem dtype.
 _FP32_POINTERS = {"LSE", "L", "M", "DELTA", "O_PARTIAL", "LSE_PARTIAL"}
 _FLOAT_ARGS = {"sm_scale"}
+_SEQ_ARGS = {"n_q", "n_kv"}
 _DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
 
@@ -100,14 +102,14 @@ def _kernel_fn(kernel: str):
 
 
 def _constexpr_names(kernel: str) -> list[str]:
-    raw = getattr(_kernel_fn(kernel), "fn", None) or _kernel_fn(kernel)
+    fn = _kernel_fn(kernel)
+    raw = getattr(fn, "fn", fn)  # the Python function under the JIT or interpreter wrapper
     return [name for name, p in inspect.signature(raw).parameters.items()
             if p.annotation is tl.constexpr]
 
 
 def _signature(kernel: str, dtype: str) -> dict:
-    fn = _kernel_fn(kernel)
-    names = list(inspect.signature(fn.fn).parameters)
+    names = list(inspect.signature(_kernel_fn(kernel).fn).parameters)
     consts = set(_constexpr_names(kernel))
     signature = {}
     for name in names:
@@ -120,6 +122,19 @@ def _signature(kernel: str, dtype: str) -> dict:
         else:
             signature[name] = "i32"
     return signature
+
+
+def _alignment_hints(signature: dict) -> dict:
+    """The divisibility-by-16 facts a real launch gives the compiler.
+
+    At launch Triton tells the compiler which pointers are 16-byte aligned and which integers
+    are multiples of 16, and without that it neither vectorises loads nor pipelines them
+    (shared memory would then not grow with num_stages). Assumed here as in every real
+    launch of these kernels: all tensors are aligned (torch allocations are) and the sequence
+    lengths are multiples of 16.
+    """
+    return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
+            if ty.startswith("*") or name in _SEQ_ARGS}
 
 
 def _cuobjdump_usage(cubin: bytes) -> tuple[int | None, int | None]:
@@ -149,8 +164,10 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
               "block_m": tiling.block_m, "block_n": tiling.block_n,
               "num_stages": tiling.num_stages, "num_warps": tiling.num_warps}
     try:
-        src = triton.compiler.ASTSource(fn=_kernel_fn(kernel), signature=_signature(kernel, dtype),
-                                        constexprs=constexprs(kernel, head_dim, tiling, **shape))
+        signature = _signature(kernel, dtype)
+        src = triton.compiler.ASTSource(fn=_kernel_fn(kernel), signature=signature,
+                                        constexprs=constexprs(kernel, head_dim, tiling, **shape),
+                                        attrs=_alignment_hints(signature))
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": tiling.num_warps,
                                            "num_stages": tiling.num_stages})
@@ -163,14 +180,24 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            registers=registers, spill_bytes=spill)
 
 
-def _worker_init() -> None:
-    # Kernels defined under the interpreter are not compilable: define them for real.
-    os.environ["TRITON_INTERPRET"] = "0"
-
-
-def _compile_task(args: tuple) -> dict:
-    kernel, arch, dtype, head_dim, tiling, shape = args
-    return compile_one(kernel, arch, dtype, head_dim, Tiling.from_dict(tiling), **shape).to_dict()
+def _run_worker(jobs: list[dict], on_result) -> None:
+    """Compile ``jobs`` in a fresh Python process with the interpreter off."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, TRITON_INTERPRET="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "kernels.resources"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                text=True, env=env, cwd=root)
+        proc.stdin.write("".join(json.dumps(job) + "\n" for job in jobs))
+        proc.stdin.close()
+        for line in proc.stdout:
+            on_result(json.loads(line))
+        if proc.wait() != 0:
+            errors.seek(0)
+            tail = errors.read().strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"kernel compilation worker exited with code {proc.returncode}: "
+                               f"{tail[0]}")
 
 
 def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
@@ -180,10 +207,13 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
 
     Tilings that give a kernel the same constexprs and launch options are compiled once
     (naive_softmax, for one, does not depend on block sizes). ``progress(done, total)`` is
-    called as compilations finish.
+    called as compilations finish. Work is spread over ``workers`` processes (default: one
+    per core).
     """
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if not set(archs) <= set(MAX_SHARED_BYTES):
+        raise ValueError(f"arch must be among {sorted(MAX_SHARED_BYTES)}, got {list(archs)}")
     kernels = list(KERNELS) if kernels is None else list(kernels)
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
@@ -191,25 +221,61 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     tilings = sweep_tilings() if tilings is None else tilings
     jobs, keys = {}, []
     for kernel, arch, tiling in itertools.product(kernels, archs, tilings):
-        consts = tuple(sorted(constexprs(kernel, head_dim, tiling, **shape).items()))
-        key = (kernel, arch, consts, tiling.num_warps, tiling.num_stages)
-        keys.append((key, kernel, arch, tiling))
-        jobs.setdefault(key, (kernel, arch, dtype, head_dim, tiling.to_dict(), shape))
-    results = {}
-    workers = workers or min(len(jobs), os.cpu_count() or 1)
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
-                                                initializer=_worker_init) as pool:
-        futures = {pool.submit(_compile_task, job): key for key, job in jobs.items()}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            results[futures[future]] = future.result()
+        consts = json.dumps(constexprs(kernel, head_dim, tiling, **shape), sort_keys=True)
+        key = f"{kernel}/{arch}/{consts}/{tiling.num_warps}/{tiling.num_stages}"
+        keys.append((key, tiling))
+        jobs.setdefault(key, {"key": key, "kernel": kernel, "arch": arch, "dtype": dtype,
+                              "head_dim": head_dim, "tiling": tiling.to_dict(), "shape": shape})
+    if not jobs:
+        return []
+    results: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def on_result(result: dict) -> None:
+        with lock:
+            results[result.pop("key")] = result
             if progress is not None:
-                progress(done, len(futures))
+                progress(len(results), len(jobs))
+
+    failures: list[Exception] = []
+
+    def work(chunk: list[dict]) -> None:
+        try:
+            _run_worker(chunk, on_result)
+        except Exception as exc:  # re-raised in the calling thread below
+            failures.append(exc)
+
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    job_list = list(jobs.values())
+    threads = [threading.Thread(target=work, args=(job_list[w::workers],))
+               for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+    missing = len(jobs) - len(results)
+    if missing:
+        raise RuntimeError(f"{missing} kernel compilations did not report back")
     out = []
-    for key, kernel, arch, tiling in keys:
-        record = results[key] | {"block_m": tiling.block_m, "block_n": tiling.block_n,
-                                 "num_stages": tiling.num_stages,
-                                 "num_warps": tiling.num_warps}
+    for key, tiling in keys:
+        record = dict(results[key], block_m=tiling.block_m, block_n=tiling.block_n,
+                      num_stages=tiling.num_stages, num_warps=tiling.num_warps)
         record.pop("fits")
         out.append(KernelResources(**record))
     return out
+
+
+def _serve() -> None:
+    """Worker side: one JSON job per stdin line, one JSON result per stdout line."""
+    for line in sys.stdin:
+        job = json.loads(line)
+        result = compile_one(job["kernel"], job["arch"], job["dtype"], job["head_dim"],
+                             Tiling.from_dict(job["tiling"]), **job["shape"])
+        sys.stdout.write(json.dumps(result.to_dict() | {"key": job["key"]}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()

@@ -15,15 +15,22 @@ from traces.problem import ProblemError
 
 # Subcommand modules, in the order ``tilesim --help`` lists them.
 COMMANDS = [
+    "compare",
     "count",
     "simulate",
     "sweep",
     "trace",
     "replay",
     "hardware",
+    "kernels",
     "bill",
     "ledger",
     "race",
+    "roofline",
+    "report",
+    "validate",
+    "reconcile",
+    "calibrate",
 ]
 
 

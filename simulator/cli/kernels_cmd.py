@@ -1,0 +1,141 @@
+"""``tilesim kernels resources``: shared memory and registers of the Triton kernels, per tiling.
+
+Each kernel is compiled ahead of time for the chosen GPU architecture on this machine (no GPU
+needed; kernels/resources.py) and the table shows what one CTA of it uses: shared memory
+(bytes, from Triton's metadata), registers per thread and local-memory spill bytes (from the
+cubin, via the cuobjdump in Triton's wheel), and whether the shared memory fits the
+architecture's per-CTA limit. Nothing is cached in the repository; ``--out`` writes the JSON
+to a file the user names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simulator.cli.common import print_json, write_atomically
+from traces.problem import ProblemError
+
+SCHEMA = "tilesim.kernel_resources/1"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "kernels",
+        help="compile the Triton kernels ahead of time and report their resources",
+        description="Facts about the Triton kernels that twin the schedules.",
+    )
+    parser.set_defaults(func=run)
+    actions = parser.add_subparsers(dest="kernels_action", metavar="ACTION",
+                                    parser_class=type(parser))
+    actions.required = True
+    res = actions.add_parser(
+        "resources",
+        help="shared memory and registers per kernel and tiling (ahead-of-time compile)",
+        description="Compile every kernel for each tiling (all combinations of the block, "
+                    "stage and warp values given) and report shared memory, registers and "
+                    "spills per CTA. Compiles run in parallel, one process per core; the "
+                    "full default set takes minutes.",
+    )
+    res.add_argument("--arch", type=int, nargs="+", choices=(80, 90), default=[90],
+                     help="compute capability: 90 (H100/H200) or 80 (A100); default 90")
+    res.add_argument("--head-dim", type=int, default=128)
+    res.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    res.add_argument("--kernel", nargs="+", default=None, metavar="NAME",
+                     help="only these kernels (default: all)")
+    res.add_argument("--block-m", type=int, nargs="+", default=[64, 128])
+    res.add_argument("--block-n", type=int, nargs="+", default=[32, 64, 128])
+    res.add_argument("--stages", type=int, nargs="+", default=[2, 3, 4])
+    res.add_argument("--warps", type=int, nargs="+", default=[4, 8])
+    res.add_argument("--causal", action="store_true", help="compile the causal variants")
+    res.add_argument("--kv-seq", type=int, default=4096,
+                     help="K/V length: sets naive_softmax's row width (default 4096)")
+    res.add_argument("--workers", type=int, default=None, help="compile processes (default: "
+                     "one per core)")
+    res.add_argument("--json", action="store_true", help="print JSON on stdout")
+    res.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import triton
+
+        from kernels import resources
+        from kernels.common import SUPPORTED_HEAD_DIMS
+    except ImportError as exc:
+        raise ProblemError(f"the kernels need torch and triton ({exc.name} is missing): "
+                           "pip install 'tilesim[kernels]'") from None
+    if args.head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ProblemError(f'"head_dim" must be one of {SUPPORTED_HEAD_DIMS} for the Triton '
+                           f"kernels, got {args.head_dim}.")
+    if args.kv_seq <= 0:
+        raise ProblemError(f'"kv_seq" must be a positive integer, got {args.kv_seq}.')
+    unknown = [k for k in args.kernel or () if k not in resources.KERNELS]
+    if unknown:
+        raise ProblemError(f"unknown kernel {', '.join(unknown)}; known: "
+                           f"{', '.join(resources.KERNELS)}")
+    tilings = resources.sweep_tilings(args.block_m, args.block_n, args.stages, args.warps)
+    records = resources.measure(args.kernel, archs=tuple(args.arch), dtype=args.dtype,
+                                head_dim=args.head_dim, tilings=tilings, workers=args.workers,
+                                progress=None if args.json else _progress(),
+                                causal=args.causal, seq_kv=args.kv_seq)
+    doc = {"schema": SCHEMA, "triton_version": triton.__version__, "dtype": args.dtype,
+           "head_dim": args.head_dim, "causal": args.causal,
+           "max_shared_bytes": {str(a): resources.MAX_SHARED_BYTES[a] for a in args.arch},
+           "kernels": [r.to_dict() for r in records]}
+    if args.out:
+        import json
+
+        write_atomically(args.out, lambda p: p.write_text(json.dumps(doc, indent=2) + "\n"))
+    if args.json:
+        print_json(doc)
+    else:
+        _print_table(records, args)
+    failed = [r for r in records if r.error]
+    for r in failed:
+        sys.stderr.write(f"tilesim: {r.kernel} sm_{r.arch} BM={r.block_m} BN={r.block_n} "
+                         f"stages={r.num_stages} warps={r.num_warps}: {r.error}\n")
+    return 1 if failed else 0
+
+
+def _progress():
+    """A progress callback drawing a bar on stderr, or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task("compiling", total=total)
+        bar.update(task, completed=done)
+        if done == total:
+            bar.stop()
+
+    return update
+
+
+def _print_table(records, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"Triton kernels, {args.dtype}, head_dim {args.head_dim}"
+             f"{', causal' if args.causal else ''}: resources per CTA")
+    table = Table(title=title, title_justify="left")
+    for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
+                "spill bytes", "fits"):
+        table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
+    for r in records:
+        if r.error:
+            tail = ["-", "-", "-", "[red]error[/red]"]
+        else:
+            tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
+                    "yes" if r.fits else "[red]NO[/red]"]
+        table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
+                      str(r.num_stages), str(r.num_warps), *tail)
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
+

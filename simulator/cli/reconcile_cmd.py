@@ -1,0 +1,47 @@
+"""`tilesim reconcile RECORDS...`: predicted vs measured time, DRAM and L2 bytes."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("reconcile", help="compare measurement records with predictions")
+    p.add_argument("records", nargs="+", help="records files (JSON Lines, tilesim.record/1)")
+    p.add_argument("--hardware", default=None,
+                   help="preset or .toml for every record (default: from each record's GPU)")
+    p.add_argument("--plot", default=None, help="write predicted-vs-measured scatter (.png)")
+    p.add_argument("--summary-only", action="store_true", help="no per-config table")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from simulator.cli.common import print_json
+    from traces.problem import ProblemError
+    from validation import report as rp
+    from validation.reconcile import reconcile
+    from validation.records import read_many
+
+    records, errors = read_many(args.records)
+    for err in errors:
+        sys.stderr.write(f"tilesim: warning: skipped {err}\n")
+    if not records:
+        raise ProblemError("no valid records in " + ", ".join(args.records))
+    report = reconcile(records, hardware=args.hardware)
+    report["skipped_lines"] = [str(e) for e in errors]
+    if args.plot:
+        rp.plot(report, args.plot)
+    if args.json:
+        print_json(report)
+        return 0
+    from rich.console import Console
+
+    console = Console()
+    for table in rp.tables(report, per_config=not args.summary_only):
+        console.print(table)
+    for line in rp.target_lines(report):
+        console.print(line)
+    if args.plot:
+        console.print(f"wrote {args.plot}")
+    return 0

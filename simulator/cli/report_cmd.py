@@ -1,0 +1,84 @@
+"""``tilesim report``: one self-contained HTML page with every explainer drawn as plots."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.cli.common import add_hardware_arg, add_problem_args, add_tiling_args
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report", help="one self-contained HTML page: roofline, naive vs FA2, sweep, "
+        "timeline, N² bill, ledger, and predicted vs measured",
+        description="Write one HTML page that opens without a network: the roofline, naive vs "
+        "FA2 side by side, a tile-sweep heatmap, the timeline of the best tiling, the N² bill, "
+        "the online-softmax ledger and, with --records, predicted vs measured.",
+    )
+    add_hardware_arg(p)
+    add_problem_args(p, schedule=False)
+    add_tiling_args(p)
+    p.add_argument("--records", nargs="+", metavar="FILE", default=None,
+                   help="validation records (.jsonl) to compare with the model")
+    p.add_argument("--sweep-blocks", default="32,64,128,256",
+                   help="block sizes of the sweep heatmap, both axes (default 32,64,128,256)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
+    p.add_argument("--json", action="store_true", help="also print the page's data as JSON")
+    p.set_defaults(func=run)
+
+
+def load_records(paths: list[str], hardware: str) -> dict:
+    """Reconcile the records (``validation.reconcile``) with the report's model.
+
+    Each record is predicted on the preset of the GPU it ran on; ``hardware`` (the report's
+    ``--hardware``) is used only where a record's GPU has no preset.
+    """
+    from simulator.cli import UserError
+    from simulator.explain import model, records
+    from traces.problem import ProblemError
+
+    try:
+        from validation.reconcile import reconcile
+        from validation.records import read_many
+    except ImportError:
+        raise UserError("--records needs the validation package (validation/reconcile.py)") \
+            from None
+    recs, errors = read_many(paths)
+    if not any(r.get("timing") for r in recs):
+        raise UserError("no timed records in " + ", ".join(paths))
+    name = model.source()["source"]
+    try:
+        result = reconcile(recs, predictor=model.predict, model=name)
+    except ProblemError:  # a GPU without a preset: predict every record on --hardware
+        result = reconcile(recs, hardware=hardware, predictor=model.predict, model=name)
+    section = records.from_reconcile(result)
+    section["line_errors"] = [str(e) for e in errors]
+    return section
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from simulator.cli.common import print_json, problem_from_args, tiling_from_args
+    from simulator.explain import report
+    from simulator.explain.common import parse_int_list
+    from simulator.hardware import load_hardware
+    from traces.tiling import Tiling
+
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    blocks = tuple(parse_int_list(args.sweep_blocks, "sweep-blocks"))
+    for b in blocks:
+        Tiling(block_m=b, block_n=b)  # same message as any bad block size
+    hw = load_hardware(args.hardware)
+    from rich.console import Console
+
+    with Console(stderr=True).status("building the report ...") as status:
+        recs = load_records(args.records, args.hardware) if args.records else None
+        status.update("predicting, sweeping, drawing ...")
+        data = report.build(problem, tiling, hw, records=recs, sweep_blocks=blocks)
+        report.write(data, args.out)
+    if args.json:
+        print_json(data)
+    else:
+        sys.stdout.write(f"wrote {args.out}\n")
+    return 0

@@ -1,0 +1,42 @@
+"""``tilesim roofline``: naive and FA2 kernels placed on a preset's roofline."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.cli.common import add_hardware_arg, add_problem_args, add_tiling_args
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "roofline", help="the roofline of a GPU preset with naive and FA2 kernels placed on it",
+        description="Attainable FLOP/s = min(peak, intensity x HBM bandwidth) for the dtype's "
+        "tensor-core peak; ridge point = peak / bandwidth; the exp unit's ceiling in "
+        "FLOP-equivalents; every kernel of the naive and FA2 schedules at its arithmetic "
+        "intensity (FLOPs per DRAM byte from the model) and the utilisation it can reach.",
+    )
+    add_hardware_arg(p)
+    add_problem_args(p, schedule=False)
+    add_tiling_args(p)
+    p.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    p.add_argument("--plot", metavar="FILE", help="write the roofline to FILE (.png/.svg)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.cli.common import print_json, problem_from_args, tiling_from_args
+    from simulator.explain import roofline
+    from simulator.explain.common import plot_format
+    from simulator.hardware import load_hardware
+
+    if args.plot:
+        plot_format(args.plot)
+    hw = load_hardware(args.hardware)
+    result = roofline.roofline(problem_from_args(args), tiling_from_args(args), hw)
+    if args.plot:
+        roofline.plot(result, args.plot)
+    if args.json:
+        print_json(result)
+    else:
+        roofline.print_render(result)
+    return 0

@@ -1,0 +1,109 @@
+"""Every kernel compiles ahead of time for sm_90 and sm_80 on this CPU-only machine, and
+``tilesim kernels resources`` reports what the compiled kernels use.
+
+Compilation goes through kernels/resources.py, which runs it in worker processes with the
+interpreter off. A cold Triton cache makes the first run of this file take ~30 s on two
+cores; Triton's own on-disk cache (outside the repository) makes later runs fast.
+"""
+
+import argparse
+import json
+
+import pytest
+
+from kernels import resources
+from simulator.cli import kernels_cmd
+from traces.problem import ProblemError
+from traces.tiling import Tiling
+
+SMALL = Tiling(block_m=64, block_n=32, num_stages=2, num_warps=4)
+# Kernels whose program holds a tl.dot, hence tiles staged in shared memory.
+DOT_KERNELS = {k for k in resources.KERNELS
+               if k not in ("naive_softmax", "naive_bwd_ds", "fa2_bwd_preprocess",
+                            "decode_reduce")}
+
+
+@pytest.fixture(scope="module")
+def every_kernel():
+    # Causal variants on sm_90, the others on sm_80: both code paths compile, for the price
+    # of one compile per kernel and arch.
+    return (resources.measure(archs=(90,), dtype="bf16", head_dim=64, tilings=[SMALL],
+                              causal=True)
+            + resources.measure(archs=(80,), dtype="bf16", head_dim=64, tilings=[SMALL]))
+
+
+def test_every_kernel_compiles_for_sm90_and_sm80(every_kernel):
+    assert {(r.kernel, r.arch) for r in every_kernel} == {
+        (k, a) for k in resources.KERNELS for a in (80, 90)}
+    for r in every_kernel:
+        assert r.error is None, f"{r.kernel} sm_{r.arch}: {r.error}"
+        assert 0 < r.registers <= 255, f"{r.kernel} sm_{r.arch}: {r.registers} registers"
+        assert r.spill_bytes == 0, f"{r.kernel} sm_{r.arch} spills {r.spill_bytes} bytes"
+        assert r.fits
+        if r.kernel in DOT_KERNELS:
+            # at least the tiles of one tl.dot's operands: 32 rows x 64 x 2 bytes
+            assert r.shared_bytes >= 32 * 64 * 2, f"{r.kernel}: {r.shared_bytes} bytes"
+
+
+def test_pipelining_stages_use_more_shared_memory():
+    """K/V tiles are multi-buffered once the compiler knows the pointers are aligned."""
+    tilings = [Tiling(block_m=64, block_n=32, num_stages=s, num_warps=4) for s in (1, 3)]
+    one, three = resources.measure(["fa2_fwd"], archs=(90,), dtype="fp16", head_dim=64,
+                                   tilings=tilings)
+    assert one.error is None and three.error is None
+    # two more stages of a K tile and a V tile: 2 x 2 x 32 x 64 x 2 bytes
+    assert three.shared_bytes - one.shared_bytes >= 2 * 2 * 32 * 64 * 2
+
+
+def test_tilings_with_equal_programs_compile_once_and_report_each():
+    tilings = [Tiling(block_m=m, block_n=n, num_stages=2, num_warps=4)
+               for m in (64, 128) for n in (32, 64)]
+    calls = []
+    records = resources.measure(["naive_softmax"], archs=(90,), dtype="bf16", head_dim=64,
+                                tilings=tilings, progress=lambda done, total: calls.append(total))
+    assert [(r.block_m, r.block_n) for r in records] == [(t.block_m, t.block_n) for t in tilings]
+    assert len({r.registers for r in records}) == 1
+    assert calls == [1], "naive_softmax does not depend on block sizes: one compile"
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    kernels_cmd.add_parser(parser.add_subparsers())
+    return parser.parse_args(["kernels", "resources", *argv])
+
+
+SMALL_ARGS = ["--head-dim", "64", "--block-m", "64", "--block-n", "32", "--stages", "2",
+              "--warps", "4"]
+
+
+def test_cli_json_and_out_file(capsys, tmp_path):
+    out = tmp_path / "resources.json"
+    args = _parse(["--arch", "90", "80", "--kernel", "fa2_fwd", "decode_reduce", "--json",
+                   "--out", str(out), *SMALL_ARGS])
+    assert kernels_cmd.run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == json.loads(out.read_text())
+    assert doc["schema"] == "tilesim.kernel_resources/1"
+    rows = {(r["kernel"], r["arch"]): r for r in doc["kernels"]}
+    assert set(rows) == {(k, a) for k in ("fa2_fwd", "decode_reduce") for a in (90, 80)}
+    row = rows[("fa2_fwd", 90)]
+    assert (row["block_m"], row["block_n"], row["num_stages"], row["num_warps"]) == (64, 32, 2, 4)
+    assert row["shared_bytes"] > 0 and row["registers"] > 0 and row["fits"] is True
+
+
+def test_cli_table(capsys):
+    assert kernels_cmd.run(_parse(["--kernel", "fa2_fwd", *SMALL_ARGS])) == 0
+    text = capsys.readouterr().out
+    for column in ("kernel", "BM", "BN", "stages", "warps", "smem bytes", "registers"):
+        assert column in text
+    assert "fa2_fwd" in text and "sm_90" in text
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--head-dim", "80"], "head_dim"),
+    (["--kernel", "fa3_fwd"], "unknown kernel"),
+    (["--block-m", "48"], "block_m"),
+])
+def test_cli_rejects_bad_input(argv, match):
+    with pytest.raises(ProblemError, match=match):
+        kernels_cmd.run(_parse(argv))

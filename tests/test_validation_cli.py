@@ -1,0 +1,132 @@
+"""`tilesim validate` on a machine without a GPU, the matrices, and the device script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import simulator.cli as cli
+from simulator.hardware import load_hardware
+from traces.problem import AttentionProblem
+from validation import matrix
+from validation.estimate import estimate
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "validation" / "run_device.sh"
+
+
+def run_cli(argv, monkeypatch):
+    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
+    return cli.main(argv)
+
+
+def _no_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+
+
+def test_validate_without_gpu_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    _no_gpu()
+    assert run_cli(["validate", "--matrix", "quick", "--out", str(tmp_path / "r.jsonl")],
+                   monkeypatch) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tilesim: error:")
+    assert "CUDA GPU" in lines[0] and "--dry-run" in lines[0]
+    assert captured.out == ""
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_validate_needs_out_and_known_matrix(monkeypatch, capsys):
+    assert run_cli(["validate"], monkeypatch) == 2
+    assert run_cli(["validate", "--matrix", "huge", "--dry-run"], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--out" in err[0] and "unknown matrix" in err[1]
+
+
+def test_dry_run_prints_plan_and_estimate(monkeypatch, capsys):
+    assert run_cli(["validate", "--matrix", "quick", "--dry-run", "--json"], monkeypatch) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan, est = out["plan"], out["estimate"]
+    assert plan["schema"] == "tilesim.plan/1" and plan["name"] == "quick"
+    assert est["total_s"] > 0 and set(est["phases"]) >= {"compile", "timing", "ncu"}
+    assert est["assumptions"]["workers"] == 15  # the GPU machine's, not this one's
+    assert run_cli(["validate", "--matrix", "quick", "--dry-run"], monkeypatch) == 0
+    text = capsys.readouterr().out
+    assert "time estimate" in text and "fits" in text
+
+
+def test_choose_keeps_the_best_and_spreads_the_rest():
+    # rows = lengths, columns = candidates
+    table = [[1.0, 1.01, 2.0, 3.0, 4.0, 8.0],
+             [2.0, 2.02, 4.0, 6.0, 8.0, 16.0]]
+    chosen, gap = matrix.choose(table, k=4)
+    assert chosen[0] == 0 and 1 not in chosen  # 1% from the best is not "different"
+    assert len(set(chosen)) == 4 and gap >= 0.5
+    with pytest.raises(ValueError):
+        matrix.choose([[1.0, 2.0]], k=4)
+
+
+def test_quick_plan_is_sound():
+    hw = load_hardware("h200-sxm")
+    from validation import predict
+
+    plan = matrix.build_plan("quick", hw, predict.predict, predict.model_name())
+    assert plan["sha256"] == matrix.plan_hash(plan)
+    by_shape: dict[str, list] = {}
+    for cfg in plan["configs"]:
+        by_shape.setdefault(cfg["shape"], []).append(cfg)
+        p = AttentionProblem.from_dict(cfg["problem"])
+        assert p.dtype == "bf16"
+        assert cfg["kernels"] == matrix.kernel_names(
+            cfg["schedule"], p, matrix.Tiling.from_dict(cfg["tiling"]))
+    for cfgs in by_shape.values():
+        assert len(cfgs) >= matrix.TILINGS_PER_SHAPE
+        assert len({json.dumps(c["tiling"], sort_keys=True) for c in cfgs}) == len(cfgs)
+    schedules = {(c["schedule"], c["problem"]["pass"]) for c in plan["configs"]}
+    assert schedules == {("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd"), ("decode", "fwd")}
+    assert {p["implementation"] for p in plan["peers"]} == {"sdpa_math", "sdpa_flash"}
+    e = estimate(plan, 10, 40, 15)
+    assert e["counts"]["configs"] == len(plan["configs"])
+    assert e["counts"]["profiled_launches"] == sum(len(c["kernels"]) for c in plan["configs"])
+
+
+def test_default_matrix_groups_and_naive_memory_rule():
+    groups = matrix.groups_for("default")
+    labels = {(g.schedule, g.pass_) for g in groups}
+    assert labels == {("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd"), ("decode", "fwd")}
+    assert {g.head_dim for g in groups} == {64, 128}
+    assert all(g.seqs == (1024, 2048, 4096, 8192, 16384) for g in groups)
+    assert {g.causal for g in groups if g.schedule == "fa2"} == {False, True}
+    naive_16k = groups[-3].problem(16384)
+    hbm = load_hardware("h200-sxm").hbm_bytes
+    assert matrix.naive_fits(naive_16k, hbm)
+    assert not matrix.naive_fits(naive_16k, hbm // 10)
+
+
+def test_frozen_plans_if_present_are_valid():
+    for name in ("default", "quick"):
+        path = matrix.PLAN_DIR / f"{name}.json"
+        if not path.exists():
+            continue
+        plan = matrix.load_plan(name)
+        assert plan["sha256"] == matrix.plan_hash(plan)
+        assert all(len(c["kernels"]) >= 1 for c in plan["configs"])
+
+
+def test_run_device_script_parses_and_rehearses_on_cpu(tmp_path):
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    env = dict(os.environ, OUT=str(tmp_path), DRY_RUN="1", MATRIX="quick")
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "env.txt").read_text().startswith("# date (UTC)")
+    log = (tmp_path / "validate.log").read_text()
+    assert "time estimate" in log
+    assert len(list(tmp_path.iterdir())) <= 8  # the device tool returns at most 8 files

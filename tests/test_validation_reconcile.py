@@ -1,0 +1,157 @@
+"""Reconciling SYNTHETIC records end to end, through the command line.
+
+With a stub model the numbers are known in advance and checked by hand; with the real
+model (the simulator, or exact counts until it exists) the report's shape is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from synthetic_records import counters, record
+
+import simulator.cli as cli
+import validation.predict as predict_mod
+from traces.problem import AttentionProblem
+from traces.tiling import Tiling
+from validation.reconcile import preset_for, reconcile
+from validation.records import write_records
+
+SHAPE_A = AttentionProblem(batch=1, heads=2, seq_q=256, head_dim=64)
+SHAPE_B = AttentionProblem(batch=1, heads=2, seq_q=512, head_dim=64)
+TILINGS = [Tiling(block_m=bm, block_n=32) for bm in (32, 64, 128)]
+# (shape, block_m) -> (predicted ms, measured ms)
+TIMES = {(256, 32): (1.0, 1.1), (256, 64): (2.0, 1.8), (256, 128): (3.0, 3.0),
+         (512, 32): (1.0, 2.0), (512, 64): (1.0, 1.0), (512, 128): (2.0, 4.0)}
+DRAM_PRED, DRAM_MEAS = 1.1e6, 1.0e6  # +10% everywhere
+L2_PRED, L2_MEAS = 3.0e6, 4.0e6  # -25% everywhere
+
+
+def stub(problem, tiling, schedule, hw):
+    """SYNTHETIC model: a lookup table."""
+    pred_ms, _ = TIMES[(problem.seq_q, tiling.block_m)]
+    return {"time_s": pred_ms * 1e-3, "bound": "hbm", "legal": True,
+            "bytes": {"global_read": L2_PRED, "global_write": 0, "dram_read": DRAM_PRED,
+                      "dram_write": 0}}
+
+
+def synthetic_records() -> list[dict]:
+    out = []
+    for problem in (SHAPE_A, SHAPE_B):
+        for t in TILINGS:
+            _, meas_ms = TIMES[(problem.seq_q, t.block_m)]
+            out.append(record("fa2", problem, t, meas_ms * 1e-3, counters(DRAM_MEAS, L2_MEAS)))
+    return out
+
+
+def run_cli(argv, monkeypatch):
+    # Only the validation commands: the others are built by other modules in parallel.
+    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
+    return cli.main(argv)
+
+
+def test_statistics_by_hand():
+    report = reconcile(synthetic_records(), predictor=stub, model="stub")
+    o = report["summary"]["overall"]
+    assert o["time"]["n"] == 6
+    expected = (100 / 11 + 100 / 9 + 0 + 50 + 0 + 50) / 6
+    assert o["time"]["mape_pct"] == pytest.approx(expected)
+    assert o["time"]["max_pct"] == pytest.approx(50)
+    assert o["dram"]["mape_pct"] == pytest.approx(10) and o["dram"]["max_pct"] == pytest.approx(10)
+    assert o["l2"]["mape_pct"] == pytest.approx(25)
+    shapes = {s["shape"].split()[4]: s for s in report["shapes"]}
+    assert shapes["N=256x256"]["spearman"] == pytest.approx(1.0)
+    assert shapes["N=256x256"]["regret_pct"] == pytest.approx(0.0)
+    assert shapes["N=512x512"]["spearman"] == pytest.approx(1.5 / math.sqrt(3))
+    assert shapes["N=512x512"]["regret_pct"] == pytest.approx(100.0)
+    assert shapes["N=512x512"]["best_measured"]["block_m"] == 64
+    s = report["summary"]
+    assert s["spearman_min"] == pytest.approx(1.5 / math.sqrt(3))
+    assert s["regret_max_pct"] == pytest.approx(100.0)
+    assert s["targets"]["time_mape_pct"]["met"] is False
+    assert s["targets"]["regret_max_pct"]["met"] is False
+    assert report["synthetic"] is True and report["hardware"] == ["h200-sxm"]
+
+
+def test_duplicates_keep_the_latest_and_peers_are_listed():
+    recs = synthetic_records()
+    older = dict(recs[0], timing=dict(recs[0]["timing"], median_s=9.0),
+                 environment=dict(recs[0]["environment"], date_utc="1999-01-01T00:00:00Z"))
+    peer = dict(recs[0], implementation="sdpa_flash", schedule=None, tiling=None,
+                record_id="sdpa_flash-x", kernel="sdpa_flash")
+    untimed = dict(recs[1], record_id="x", timing=None, timing_reason="not timed: incorrect")
+    report = reconcile([older, *recs, peer, untimed], predictor=stub, model="stub")
+    assert report["duplicates_dropped"] == 1 and report["untimed_records"] == 1
+    assert report["summary"]["overall"]["time"]["n"] == 6
+    assert [p["implementation"] for p in report["peers"]] == ["sdpa_flash"]
+
+
+def test_a_config_the_model_refuses_is_listed_not_fatal():
+    from traces.problem import ProblemError
+
+    def picky(problem, tiling, schedule, hw):
+        if tiling.block_m == 128:
+            raise ProblemError("tile larger than SRAM")
+        return stub(problem, tiling, schedule, hw)
+
+    report = reconcile(synthetic_records(), predictor=picky, model="stub")
+    assert len(report["unpredicted"]) == 2 and report["summary"]["overall"]["time"]["n"] == 4
+    assert "SRAM" in report["unpredicted"][0]["reason"]
+
+
+def test_preset_mapping():
+    assert preset_for("NVIDIA H200") == "h200-sxm"
+    assert preset_for("NVIDIA H100 80GB HBM3") == "h100-sxm5"
+    assert preset_for("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert preset_for("NVIDIA A100-SXM4-40GB") == "a100-sxm4-40gb"
+    assert preset_for("Some GPU") is None
+
+
+def test_cli_end_to_end_with_stub_json_and_plot(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    with open(path, "a") as f:
+        f.write("{malformed\n")
+    monkeypatch.setattr(predict_mod, "predict", stub)
+    monkeypatch.setattr(predict_mod, "model_name", lambda: "stub")
+    plot = tmp_path / "fit.png"
+    assert run_cli(["reconcile", str(path), "--json", "--plot", str(plot)], monkeypatch) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["schema"] == "tilesim.reconcile/1"
+    assert report["summary"]["overall"]["time"]["max_pct"] == pytest.approx(50)
+    assert report["skipped_lines"] and ":7: not valid JSON" in report["skipped_lines"][0]
+    assert "warning: skipped" in captured.err
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run_cli(["reconcile", str(path)], monkeypatch) == 0
+    text = capsys.readouterr().out
+    assert "SYNTHETIC" in text and "target time_mape_pct" in text
+
+
+def test_cli_with_the_real_model(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    assert run_cli(["reconcile", str(path), "--json"], monkeypatch) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] in ("simulator", "counts")
+    assert report["summary"]["overall"]["l2"]["n"] == 6  # global bytes are always predicted
+    if report["model"] == "counts":
+        assert report["summary"]["overall"]["time"]["n"] == 0
+
+
+def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert run_cli(["reconcile", str(empty)], monkeypatch) == 2
+    assert run_cli(["reconcile", str(tmp_path / "missing.jsonl")], monkeypatch) == 2
+    path = tmp_path / "r.jsonl"
+    recs = synthetic_records()
+    for rec in recs:
+        rec["environment"]["gpu_name"] = "Unknown GPU 9000"
+    write_records(path, recs)
+    assert run_cli(["reconcile", str(path)], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("tilesim: error:") for line in err)
+    assert "pass --hardware" in err[2]

@@ -1,0 +1,248 @@
+"""Calibration: fit the model's few effective parameters to measured times.
+
+The parameters are the ones a preset exposes as achievable fractions or rates (whichever
+exist on ``Hardware``): ``hbm_efficiency``, ``l2_efficiency``, ``tensor_efficiency``, the
+exp rate (``exp_ops_per_s``, scaled, since there is no exp efficiency), the kernel launch
+overhead and, if the simulator grows one, a per-iteration overhead. They are fitted by
+least squares on log(predicted / measured time) — relative errors, so that microsecond
+decode kernels weigh as much as 10 ms naive ones — over a TRAINING set of shapes.
+
+The split is by shape (problem and schedule), never by tiling: every tiling of a held-out
+shape is held out, so the reported error is on problems the fit never saw. Within each
+schedule-and-pass group, shapes are ordered by a seeded hash and the first
+``holdout_fraction`` of them are held out. Only training records enter the residuals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
+from validation import stats
+from validation.records import group_key, shape_key
+
+
+@dataclass(frozen=True)
+class Param:
+    field: str
+    lo: float
+    hi: float
+    unit: float = 1.0  # fitted variable = value / unit (keeps variables near 1)
+    scale: bool = False  # True: the variable multiplies the base value
+
+
+PARAMS = (
+    Param("hbm_efficiency", 0.3, 1.0),
+    Param("l2_efficiency", 0.2, 1.0),
+    Param("tensor_efficiency", 0.2, 1.0),
+    Param("exp_ops_per_s", 0.25, 4.0, scale=True),
+    Param("kernel_launch_overhead_s", 0.0, 50.0, unit=1e-6),
+    Param("iteration_overhead_s", 0.0, 5.0, unit=1e-6),
+    Param("per_iteration_overhead_s", 0.0, 5.0, unit=1e-6),
+)
+
+
+def fitted_params(hw) -> list[Param]:
+    """The parameters this hardware model exposes."""
+    names = {f.name for f in dataclasses.fields(hw)}
+    return [p for p in PARAMS if p.field in names]
+
+
+def to_hardware(base, params: list[Param], x) -> object:
+    values = {p.field: (getattr(base, p.field) * v if p.scale else v * p.unit)
+              for p, v in zip(params, x, strict=True)}
+    return dataclasses.replace(base, **values)
+
+
+def initial(base, params: list[Param]) -> list[float]:
+    x = [1.0 if p.scale else getattr(base, p.field) / p.unit for p in params]
+    return [min(max(v, p.lo), p.hi) for v, p in zip(x, params, strict=True)]
+
+
+def split_by_shape(records: list[dict], holdout_fraction: float = 0.25,
+                   seed: int = 0) -> tuple[set[str], set[str]]:
+    """(training shapes, held-out shapes); see the module docstring."""
+    by_group: dict[str, set[str]] = {}
+    for rec in records:
+        by_group.setdefault(group_key(rec), set()).add(shape_key(rec))
+    train, held = set(), set()
+    for shapes in by_group.values():
+        ordered = sorted(shapes, key=lambda s: hashlib.sha256(f"{seed}:{s}".encode()).digest())
+        k = 0 if len(ordered) < 2 else max(1, round(holdout_fraction * len(ordered)))
+        held.update(ordered[:k])
+        train.update(ordered[k:])
+    return train, held
+
+
+def _time_one(task) -> float:
+    predictor, rec, hw = task
+    pred = predictor(AttentionProblem.from_dict(rec["problem"]),
+                     Tiling.from_dict(rec["tiling"]), rec["schedule"], hw)
+    if pred.get("time_s") is None:
+        raise ProblemError("calibrate needs predicted times, and the model gave none: the "
+                           "timing simulator (simulator.sim) is not available")
+    return pred["time_s"]
+
+
+def _times(records: list[dict], hw, predictor, pool=None) -> list[float]:
+    tasks = [(predictor, rec, hw) for rec in records]
+    if pool is None:
+        return [_time_one(task) for task in tasks]
+    return list(pool.map(_time_one, tasks, chunksize=max(1, len(tasks) // 64)))
+
+
+def subsample(records: list[dict], k: int | None, seed: int = 0) -> list[dict]:
+    """At most ``k`` records, taken round-robin over schedule groups in a seeded order."""
+    if k is None or len(records) <= k:
+        return records
+    by_group: dict[str, list[dict]] = {}
+    for rec in sorted(records, key=lambda r: hashlib.sha256(
+            f"{seed}:{r['record_id']}".encode()).digest()):
+        by_group.setdefault(group_key(rec), []).append(rec)
+    queues, out = list(by_group.values()), []
+    while len(out) < k:
+        for queue in queues:
+            if queue and len(out) < k:
+                out.append(queue.pop(0))
+    return out
+
+
+def _errors(pred: list[float], meas: list[float]) -> dict:
+    if not pred:
+        return {"n": 0, "mape_pct": None, "max_pct": None}
+    return {"n": len(pred), "mape_pct": stats.mape(pred, meas),
+            "max_pct": stats.max_abs_error(pred, meas)}
+
+
+def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, seed: int = 0,
+        max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None) -> dict:
+    """Fit on the training shapes, evaluate on the held-out ones; returns the report.
+
+    Every evaluation re-simulates the training records, so the cost is (evaluations x
+    records x one simulation): ``jobs`` spreads the records over processes (``predictor``
+    must then be a module-level function) and ``max_train_records`` fits on a seeded,
+    schedule-balanced subset of the training records (held-out shapes stay held out).
+    """
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
+                        max_train_records)
+    return _fit(records, base, predictor, holdout_fraction, seed, max_evals, None,
+                max_train_records)
+
+
+def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
+         max_train_records) -> dict:
+    from scipy.optimize import least_squares
+
+    usable = [r for r in records if r["implementation"] == "triton" and r["timing"]]
+    if not usable:
+        raise ProblemError("no timed Triton records to calibrate on")
+    train_shapes, held_shapes = split_by_shape(usable, holdout_fraction, seed)
+    if not train_shapes or not held_shapes:
+        raise ProblemError("calibration needs at least two shapes in one schedule (one to "
+                           "fit, one held out)")
+    train = subsample([r for r in usable if shape_key(r) in train_shapes], max_train_records,
+                      seed)
+    held = [r for r in usable if shape_key(r) in held_shapes]
+    params = fitted_params(base)
+    meas_train = [r["timing"]["median_s"] for r in train]
+    meas_held = [r["timing"]["median_s"] for r in held]
+    cache: dict[tuple, list[float]] = {}
+
+    def residuals(x) -> list[float]:
+        key = tuple(round(v, 12) for v in x)
+        if key not in cache:
+            cache[key] = _times(train, to_hardware(base, params, x), predictor, pool)
+        return [math.log(p / m) for p, m in zip(cache[key], meas_train, strict=True)]
+
+    x0 = initial(base, params)
+    before_train = _times(train, base, predictor, pool)
+    result = least_squares(residuals, x0, bounds=([p.lo for p in params],
+                                                  [p.hi for p in params]),
+                           diff_step=1e-3, x_scale="jac", max_nfev=max_evals)
+    fitted_hw = to_hardware(base, params, result.x)
+    after_train = _times(train, fitted_hw, predictor, pool)
+    # The held-out records are predicted only here, after the fit is final.
+    before_held = _times(held, base, predictor, pool)
+    after_held = _times(held, fitted_hw, predictor, pool)
+    values = []
+    for p, v in zip(params, result.x, strict=True):
+        at_bound = math.isclose(v, p.lo, abs_tol=1e-6) or math.isclose(v, p.hi, abs_tol=1e-6)
+        values.append({"field": p.field, "base": getattr(base, p.field),
+                       "fitted": getattr(fitted_hw, p.field), "at_bound": at_bound})
+    return {"hardware": fitted_hw, "base": base.name, "params": values,
+            "train_shapes": sorted(train_shapes), "held_out_shapes": sorted(held_shapes),
+            "n_train": len(train), "n_held_out": len(held),
+            "train": {"before": _errors(before_train, meas_train),
+                      "after": _errors(after_train, meas_train)},
+            "held_out": {"before": _errors(before_held, meas_held),
+                         "after": _errors(after_held, meas_held)},
+            "evaluations": result.nfev, "converged": bool(result.success),
+            "message": str(result.message), "seed": seed,
+            "holdout_fraction": holdout_fraction}
+
+
+def _toml_value(v) -> str:
+    """Six significant digits: the fit is not better than that, and people read presets."""
+    return repr(float(f"{float(v):.6g}"))
+
+
+def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str]) -> str:
+    """The base preset's text with the fitted values (and provenance) written in."""
+    fitted_hw = report["hardware"]
+    lines = base_text.splitlines()
+    for p in report["params"]:
+        pattern = re.compile(rf"^(\s*){re.escape(p['field'])}\s*=\s*([^#]*?)\s*(#\s*(.*))?$")
+        for i, line in enumerate(lines):
+            m = pattern.match(line)
+            if m:
+                was = m.group(4) or "no source"
+                lines[i] = (f"{m.group(1)}{p['field']} = {_toml_value(p['fitted'])}  # fitted by "
+                            f"tilesim calibrate (base {m.group(2)}: {was})")
+                break
+        else:
+            raise ProblemError(f"the base preset has no line for {p['field']}")
+    for i, line in enumerate(lines):
+        if re.match(r"^name\s*=", line):
+            lines[i] = f'name = "{name}"'
+        elif re.match(r"^display_name\s*=", line):
+            lines[i] = f'display_name = "{fitted_hw.display_name} (calibrated)"'
+    held = report["held_out"]
+    header = [
+        f"# Calibrated from preset {report['base']}: fitted by tilesim calibrate from records:",
+        *[f"#   {s}" for s in sources],
+        f"# Fit: least squares on log(predicted/measured time), {report['n_train']} records "
+        f"of {len(report['train_shapes'])} training shapes; split by shape (seed "
+        f"{report['seed']}, held-out fraction {report['holdout_fraction']}).",
+        "# Train shapes:",
+        *[f"#   {s}" for s in report["train_shapes"]],
+        "# Held-out shapes (never fitted on):",
+        *[f"#   {s}" for s in report["held_out_shapes"]],
+        f"# Held-out time MAPE {_fmt(held['after']['mape_pct'])} (max "
+        f"{_fmt(held['after']['max_pct'])}) over {held['after']['n']} records; before "
+        f"calibration {_fmt(held['before']['mape_pct'])}.",
+    ]
+    return "\n".join(header + lines) + "\n"
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.1f}%"
+
+
+def record_sources(paths: list[str]) -> list[str]:
+    """``file (sha256 prefix, n lines)`` for each records file the fit read."""
+    out = []
+    for path in paths:
+        data = Path(path).read_bytes()
+        lines = data.count(b"\n")
+        out.append(f"{path} (sha256:{hashlib.sha256(data).hexdigest()[:16]}, {lines} lines)")
+    return out

@@ -1,0 +1,208 @@
+"""Compiling the matrix's kernels before they are timed, and checking them ahead of time.
+
+Triton compiles a kernel on its first launch: 1 to 7 s each on a CPU core (measured here:
+fa2_fwd 2.9 s, fa2_bwd_dkdv 6.6 s, at sm_90), which would dominate a matrix of hundreds of
+configs. Three helpers keep that cost down:
+
+- ``capture_launches`` runs a config's host code with every ``@triton.jit`` launch
+  intercepted, on empty CPU tensors of the real shapes, and returns each launch's kernel,
+  arguments and options — the host code is the kernels' own, so nothing is duplicated.
+- ``precompile`` (GPU machine) compiles the unique kernels of a plan in worker processes
+  with ``JITFunction.warmup``, which fills Triton's on-disk cache; the timing process then
+  loads them in milliseconds.
+- ``aot_check`` (any machine) compiles a config's kernels for sm_90 with
+  ``triton.compile(..., target=GPUTarget("cuda", 90, 32))`` and reports shared memory, so
+  a plan can drop tilings that would not compile or fit on the GPU before it gets there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+
+from traces.problem import AttentionProblem
+from traces.tiling import Tiling
+
+SM90 = ("cuda", 90, 32)
+OPTION_KEYS = ("num_warps", "num_stages")
+
+
+@dataclass
+class Launch:
+    fn: object  # the JITFunction (or InterpretedFunction under TRITON_INTERPRET=1)
+    grid: tuple
+    args: tuple
+    kwargs: dict
+
+    @property
+    def name(self) -> str:
+        inner = getattr(self.fn, "fn", None)
+        return getattr(inner, "__name__", None) or getattr(self.fn, "__name__", "?")
+
+
+@contextlib.contextmanager
+def _intercepted(launches: list[Launch]):
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    classes = [JITFunction, interpreter.InterpretedFunction]
+    originals = [cls.run for cls in classes]
+
+    def run(self, *args, grid, warmup, **kwargs):
+        launches.append(Launch(self, tuple(grid) if not callable(grid) else grid, args,
+                               dict(kwargs)))
+
+    try:
+        for cls in classes:
+            cls.run = run
+        yield
+    finally:
+        for cls, original in zip(classes, originals, strict=True):
+            cls.run = original
+
+
+def capture_launches(schedule: str, problem: AttentionProblem, tiling: Tiling) -> list[Launch]:
+    """The kernel launches of a config's timed call (backward setup excluded), not run."""
+    from validation import workloads
+
+    inputs = workloads.make_inputs(problem, "cpu", empty=True)
+    if problem.pass_ != "fwd":
+        workloads.setup_backward(schedule, problem, inputs, empty=True)
+    launches: list[Launch] = []
+    with _intercepted(launches):
+        workloads.kernel_call(schedule, problem, tiling, inputs)()
+    return launches
+
+
+def setup_launches(schedule: str, problem: AttentionProblem) -> list[Launch]:
+    """The launches of a backward config's setup forward (default tiling)."""
+    from validation import workloads
+
+    inputs = workloads.make_inputs(problem, "cpu", empty=True)
+    launches: list[Launch] = []
+    with _intercepted(launches):
+        workloads.setup_backward(schedule, problem, inputs)
+    return launches
+
+
+def _signature(launch: Launch) -> tuple[dict, dict, dict]:
+    import torch
+
+    types = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+    kwargs = dict(launch.kwargs)
+    options = {k: kwargs.pop(k) for k in OPTION_KEYS if k in kwargs}
+    bound = dict(zip(launch.fn.arg_names, launch.args, strict=False))
+    bound.update(kwargs)
+    signature, constexprs = {}, {}
+    for param in launch.fn.params:
+        value = bound[param.name]
+        if param.is_constexpr:
+            signature[param.name], constexprs[param.name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[param.name] = types[value.dtype]
+        elif isinstance(value, bool):
+            signature[param.name] = "i1"
+        elif isinstance(value, int):
+            signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        else:
+            signature[param.name] = "fp32"
+    return signature, constexprs, options
+
+
+def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
+              hardware: str = "h200-sxm") -> dict:
+    """Compile the config's kernels for sm_90 here; ``{"ok", "kernels", "error"}``.
+
+    Not ok if a kernel does not compile or needs more shared memory per CTA than the
+    ``hardware`` preset allows (the driver would refuse the launch). Needs Triton without
+    the interpreter (unset TRITON_INTERPRET). Pointer alignment is not specialised as the
+    JIT would, so shared memory is close to, not exactly, the JIT's.
+    """
+    from simulator.hardware import load_hardware
+
+    smem_limit = load_hardware(hardware).smem_per_cta_max_bytes
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out = {"ok": True, "kernels": [], "error": None}
+    try:
+        launches = capture_launches(schedule, problem, tiling)
+    except Exception as exc:  # the host code refused the config
+        return {"ok": False, "kernels": [], "error": f"{type(exc).__name__}: {exc}"}
+    for launch in launches:
+        signature, constexprs, options = _signature(launch)
+        try:
+            compiled = triton.compile(
+                ASTSource(fn=launch.fn, signature=signature, constexprs=constexprs),
+                target=GPUTarget(*SM90), options=options)
+        except Exception as exc:
+            message = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+            out.update(ok=False, error=f"{launch.name}: {type(exc).__name__}: {message}")
+            return out
+        shared = int(compiled.metadata.shared)
+        out["kernels"].append({"name": launch.name, "shared_bytes": shared})
+        if shared > smem_limit:
+            out.update(ok=False, error=f"{launch.name} needs {shared} bytes of shared memory "
+                                       f"per CTA; {hardware} allows {smem_limit}")
+            return out
+    return out
+
+
+def _warm(task: tuple[str, dict, dict]) -> tuple[str, float, str | None]:
+    """Worker: compile one config's kernels into Triton's on-disk cache (GPU machine)."""
+    schedule, problem_dict, tiling_dict = task
+    start = time.perf_counter()
+    try:
+        problem = AttentionProblem.from_dict(problem_dict)
+        tiling = Tiling.from_dict(tiling_dict)
+        launches = capture_launches(schedule, problem, tiling)
+        if problem.pass_ != "fwd":
+            launches += setup_launches(schedule, problem)
+        for launch in launches:
+            launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+    except Exception as exc:  # the timing process will compile it, or report the failure
+        return schedule, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
+    return schedule, time.perf_counter() - start, None
+
+
+def compile_tasks(configs: list[dict]) -> list[tuple[str, dict, dict]]:
+    """One task per compile key; the problem at batch 1 (batch only sizes the grid)."""
+    tasks, seen = [], set()
+    for cfg in configs:
+        if cfg["compile_key"] in seen:
+            continue
+        seen.add(cfg["compile_key"])
+        tasks.append((cfg["schedule"], dict(cfg["problem"], batch=1), cfg["tiling"]))
+    return tasks
+
+
+def precompile(configs: list[dict], workers: int, budget_s: float, log=print) -> dict:
+    """Fill Triton's cache for the configs' kernels in parallel; stops at ``budget_s``."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import TimeoutError as FuturesTimeout
+
+    tasks = compile_tasks(configs)
+    start, done, failed = time.monotonic(), 0, []
+    workers = max(1, min(workers, len(tasks), os.cpu_count() or 1))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    try:
+        futures = [pool.submit(_warm, task) for task in tasks]
+        for future in as_completed(futures, timeout=budget_s):
+            schedule, seconds, error = future.result()
+            done += 1
+            if error:
+                failed.append(f"{schedule}: {error}")
+    except FuturesTimeout:
+        log(f"precompile: budget of {budget_s:.0f} s reached after {done}/{len(tasks)} tasks")
+        # Workers still compiling would compete with the timed runs for the CPU that
+        # launches kernels; the timing process compiles what is left itself.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {"tasks": len(tasks), "done": done, "failed": failed, "workers": workers,
+            "seconds": time.monotonic() - start}

@@ -1,0 +1,371 @@
+"""The validation matrices: which problems and tilings are measured, in which order.
+
+A matrix is a list of groups (schedule, pass, head dim, causal) and sequence lengths. Per
+group, the tilings are chosen from a candidate pool by asking the model: every candidate is
+predicted at every sequence length of the group, and four are kept that the model rates
+differently at every length — the predicted best (by geometric mean over the lengths) and
+the three that spread the ratings most. One set per group, not per shape: Triton compiles a
+kernel per (tiling, head dim, causal), not per sequence length, so sharing the set keeps
+compile time — the largest cost of a device run — small. Without the timing simulator the
+ratings are the exact global-memory bytes (count-based distinctness), and the plan says so.
+
+The result is a plan (``tilesim.plan/1``): configs in measurement order (shapes interleaved
+across groups, so a run cut short by its time budget still covers every group) and the
+PyTorch peers of every problem. Plans are frozen into ``validation/plans/<name>.json`` by
+``python -m validation.matrix write default quick``, so that the GPU machine needs no model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
+from validation.predict import Predictor
+
+PLAN_SCHEMA = "tilesim.plan/1"
+PLAN_DIR = Path(__file__).parent / "plans"
+TILINGS_PER_SHAPE = 4
+MIN_GAP = 0.02  # two ratings closer than 2% do not count as "rated differently"
+# Naive attention keeps S and P ([B, H, N, N]) in HBM, and the MATH peer two more such
+# tensors; a shape runs only while those four fit in this fraction of the GPU's memory.
+NAIVE_MEMORY_FRACTION = 0.5
+NAIVE_NXN_TENSORS = 4
+
+# Candidate tilings (block_m, block_n, num_stages, num_warps), per schedule and pass: the
+# ranges the Triton tutorial and FlashAttention use; the model picks among them.
+CANDIDATES = {
+    ("fa2", "fwd"): [(128, 64, 3, 8), (128, 128, 2, 8), (128, 32, 3, 4), (128, 64, 2, 4),
+                     (64, 64, 3, 4), (64, 128, 2, 4), (64, 32, 2, 4), (32, 64, 2, 4),
+                     (32, 32, 2, 4), (16, 64, 2, 4)],
+    ("fa2", "bwd"): [(64, 64, 2, 4), (32, 64, 2, 4), (64, 32, 2, 4), (32, 32, 2, 4),
+                     (128, 64, 2, 8), (64, 128, 2, 8), (32, 128, 2, 4), (128, 32, 2, 4),
+                     (16, 64, 2, 4)],
+    ("naive", "fwd"): [(64, 64, 2, 4), (128, 64, 2, 8), (64, 128, 2, 8), (128, 128, 2, 8),
+                       (32, 64, 2, 4), (64, 32, 2, 4), (32, 32, 2, 4), (16, 32, 2, 4)],
+}
+# Decode: block_n and split_kv matter (block_m is unused); (block_n, split_kv, stages, warps).
+DECODE_CANDIDATES = [(32, 4, 2, 4), (32, 16, 2, 4), (32, 32, 2, 4), (64, 4, 2, 4),
+                     (64, 8, 2, 4), (64, 16, 2, 4), (128, 2, 2, 4), (128, 4, 2, 4),
+                     (128, 8, 2, 4)]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Shapes that share one set of tilings: everything fixed but the sequence length."""
+
+    schedule: str
+    pass_: str
+    head_dim: int
+    causal: bool
+    seqs: tuple[int, ...]
+
+    def problem(self, n: int) -> AttentionProblem:
+        if self.schedule == "decode":  # one query per head, GQA group of 4, K/V of length n
+            return AttentionProblem(batch=16, heads=32, kv_heads=8, seq_q=1, seq_kv=n,
+                                    head_dim=self.head_dim, dtype="bf16", causal=self.causal)
+        # 16k tokens per batch: every shape moves several times the L2 and fills the SMs.
+        return AttentionProblem(batch=max(1, 16384 // n), heads=16, seq_q=n,
+                                head_dim=self.head_dim, dtype="bf16", causal=self.causal,
+                                pass_=self.pass_)
+
+    def candidates(self) -> list[Tiling]:
+        if self.schedule == "decode":
+            return [Tiling(block_m=16, block_n=bn, split_kv=s, num_stages=st, num_warps=w)
+                    for bn, s, st, w in DECODE_CANDIDATES]
+        return [Tiling(block_m=bm, block_n=bn, num_stages=st, num_warps=w)
+                for bm, bn, st, w in CANDIDATES[(self.schedule, self.pass_)]]
+
+    @property
+    def label(self) -> str:
+        return (f"{self.schedule} {self.pass_} d={self.head_dim}"
+                f"{' causal' if self.causal else ''}")
+
+
+SEQS = (1024, 2048, 4096, 8192, 16384)
+# Measurement order of the sequence lengths: a run cut short still spans small and large.
+SEQ_PRIORITY = (4096, 1024, 16384, 2048, 8192)
+
+
+def groups_for(name: str) -> list[Group]:
+    """The groups of a named matrix (``default`` or ``quick``)."""
+    if name == "default":
+        out = []
+        for schedule, pass_ in (("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd")):
+            for d, causal in itertools.product((64, 128), (False, True)):
+                out.append(Group(schedule, pass_, d, causal, SEQS))
+        # decode has one query row: a causal mask (bottom-right) hides nothing, so "causal"
+        # would measure the same kernel twice.
+        out += [Group("decode", "fwd", d, False, SEQS) for d in (64, 128)]
+        return out
+    if name == "quick":
+        return [Group("fa2", "fwd", 128, False, (2048, 8192)),
+                Group("fa2", "fwd", 128, True, (8192,)),
+                Group("fa2", "bwd", 128, True, (4096,)),
+                Group("naive", "fwd", 128, False, (2048,)),
+                Group("decode", "fwd", 128, False, (16384,))]
+    raise ProblemError(f'unknown matrix "{name}"; known: default, quick (or a plan .json path)')
+
+
+def kernel_names(schedule: str, problem: AttentionProblem, tiling: Tiling) -> list[str]:
+    """The kernels a config's call launches, in launch order (from the schedule)."""
+    from traces.schedules import build_schedule
+
+    return [k.name for k in build_schedule(problem, tiling, schedule).kernels]
+
+
+def naive_fits(problem: AttentionProblem, hbm_bytes: int) -> bool:
+    nxn = problem.batch * problem.heads * problem.seq_q * problem.seq_kv * problem.elem_bytes
+    return NAIVE_NXN_TENSORS * nxn <= NAIVE_MEMORY_FRACTION * hbm_bytes
+
+
+def rating(pred: dict, by: str) -> float | None:
+    """The number tilings are told apart by: predicted time, or exact global bytes."""
+    if not pred.get("legal", True):
+        return None
+    if by == "simulator":
+        return pred.get("time_s")
+    return float(pred["bytes"]["global_read"] + pred["bytes"]["global_write"])
+
+
+def _min_gap(combo: tuple[int, ...], table: list[list[float]]) -> float:
+    """Smallest relative difference between two chosen tilings over all lengths."""
+    gap = math.inf
+    for row in table:
+        values = sorted(row[i] for i in combo)
+        for a, b in itertools.pairwise(values):
+            gap = min(gap, (b - a) / a)
+    return gap
+
+
+def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[int], float]:
+    """Indices of ``k`` candidates (columns of ``table``, rows = lengths) to measure.
+
+    Always the candidate with the best geometric-mean rating, plus the ``k - 1`` others that
+    maximise the smallest relative gap between any two chosen ratings at any length.
+    Returns the indices (best first) and that gap.
+    """
+    n = len(table[0])
+    if n < k:
+        raise ValueError(f"need at least {k} legal candidates, got {n}")
+    geo = [sum(math.log(row[i]) for row in table) for i in range(n)]
+    best = min(range(n), key=lambda i: geo[i])
+    others = [i for i in range(n) if i != best]
+    combo = max(itertools.combinations(others, k - 1),
+                key=lambda c: (_min_gap((best, *c), table), -sum(c)))
+    chosen = [best, *sorted(combo, key=lambda i: geo[i])]
+    return chosen, _min_gap(tuple(chosen), table)
+
+
+def config_id(schedule: str, p: AttentionProblem, t: Tiling | None, impl: str = "triton") -> str:
+    head = schedule if impl == "triton" else impl
+    kv = f"-kv{p.kv_heads}" if p.kv_heads != p.heads else ""
+    base = (f"{head}-{p.pass_}-b{p.batch}-h{p.heads}{kv}-q{p.seq_q}-k{p.seq_kv}-d{p.head_dim}"
+            f"-{p.dtype}{'-causal' if p.causal else ''}")
+    if t is None:
+        return base
+    split = f"-sp{t.split_kv}" if t.split_kv > 1 else ""
+    return f"{base}-m{t.block_m}-n{t.block_n}-s{t.num_stages}-w{t.num_warps}{split}"
+
+
+def compile_key(schedule: str, p: AttentionProblem, t: Tiling) -> str:
+    """Configs with equal keys share compiled kernels (the sequence length is a runtime
+    argument, except for naive softmax whose row length is a compile-time constant, and
+    decode's split count is a runtime argument)."""
+    seq = f"-k{p.seq_kv}" if schedule == "naive" else ""
+    block_m = "" if schedule == "decode" else f"m{t.block_m}"
+    return (f"{schedule}-{p.pass_}-d{p.head_dim}-{p.dtype}-c{int(p.causal)}-g{p.group_size}"
+            f"-{block_m}n{t.block_n}-s{t.num_stages}-w{t.num_warps}{seq}")
+
+
+def build_plan(name: str, hw, predictor: Predictor, model: str,
+               aot=None, log=lambda *_: None, jobs: int = 1) -> dict:
+    """Choose the tilings of every group and lay out the measurement order.
+
+    ``model`` is ``simulator`` or ``counts`` (what ``predictor`` fills in); ``aot``, if
+    given, is ``aot(schedule, problem, tiling) -> {"ok": bool, ...}`` and drops candidates
+    that do not compile for the GPU. ``jobs > 1`` rates candidates in that many processes
+    (``predictor`` must then be a module-level function).
+    """
+    by = "simulator" if model == "simulator" else "counts"
+    per_group, notes = [], []
+    groups = groups_for(name)
+    seqs_of = {}
+    for group in groups:
+        seqs_of[group] = [n for n in group.seqs if group.schedule != "naive"
+                          or naive_fits(group.problem(n), hw.hbm_bytes)]
+        if len(seqs_of[group]) < len(group.seqs):
+            notes.append(f"{group.label}: N={sorted(set(group.seqs) - set(seqs_of[group]))} "
+                         "left out, N x N does not fit")
+    tasks = [(predictor, group.schedule, group.problem(n), t, hw, by)
+             for group in groups for t in group.candidates() for n in seqs_of[group]]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            rated = list(pool.map(_rate, tasks, chunksize=4))
+    else:
+        rated = [_rate(task) for task in tasks]
+    results = dict(zip(((t[1], t[2], t[3]) for t in tasks), rated, strict=True))
+    for group in groups:
+        seqs = seqs_of[group]
+        table, times, legal = [], [], []
+        for t in group.candidates():
+            cells = [results[(group.schedule, group.problem(n), t)] for n in seqs]
+            if all(c is not None and c[0] is not None and c[0] > 0 for c in cells):
+                table.append([c[0] for c in cells])
+                times.append([c[1] for c in cells])
+                legal.append(t)
+        columns = [[table[c][r] for c in range(len(legal))] for r in range(len(seqs))]
+        chosen, gap = choose(columns)
+        if aot is not None:
+            chosen, gap = _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log)
+        if gap < MIN_GAP:
+            notes.append(f"{group.label}: the chosen tilings differ by only {100 * gap:.1f}% "
+                         f"at some N (wanted {100 * MIN_GAP:.0f}%)")
+        log(f"{group.label}: " + ", ".join(legal[i].describe() for i in chosen))
+        per_group.append((group, seqs, [(legal[i], [row[i] for row in columns], times[i])
+                                        for i in chosen]))
+    configs, peers, seen_problems = [], [], set()
+    for n in SEQ_PRIORITY:
+        for group, seqs, chosen in per_group:
+            if n not in seqs:
+                continue
+            p = group.problem(n)
+            for t, ratings, est in chosen:
+                configs.append({
+                    "id": config_id(group.schedule, p, t), "schedule": group.schedule,
+                    "problem": p.to_dict(), "tiling": t.to_dict(),
+                    "shape": config_id(group.schedule, p, None),
+                    "kernels": kernel_names(group.schedule, p, t),
+                    "compile_key": compile_key(group.schedule, p, t),
+                    "rating": ratings[seqs.index(n)], "est_time_s": est[seqs.index(n)]})
+            key = json.dumps(p.to_dict(), sort_keys=True)
+            if key not in seen_problems:
+                seen_problems.add(key)
+                fastest = min(est[seqs.index(n)] for _, _, est in chosen)
+                peers += [{"id": config_id("", p, None, impl), "implementation": impl,
+                           "problem": p.to_dict(), "shape": config_id(group.schedule, p, None),
+                           "est_time_s": _peer_time_s(impl, p, fastest, hw)}
+                          for impl in ("sdpa_math", "sdpa_flash")]
+    plan = {"schema": PLAN_SCHEMA, "name": name, "hardware": hw.name, "selected_by": by,
+            "rating": "predicted time_s" if by == "simulator" else "global bytes (exact counts)",
+            "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP, "notes": notes,
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "configs": configs, "peers": peers}
+    plan["sha256"] = plan_hash(plan)
+    return plan
+
+
+def _rate(task) -> tuple[float | None, float] | None:
+    """(rating, expected time) of one candidate at one length; None if the model refuses it."""
+    predictor, schedule, problem, tiling, hw, by = task
+    try:
+        pred = predictor(problem, tiling, schedule, hw)
+    except ProblemError:
+        return None
+    return rating(pred, by), _time_s(pred, hw)
+
+
+def _time_s(pred: dict, hw) -> float:
+    """Expected kernel time for sizing the run: the simulator's, else a count roofline."""
+    from validation.estimate import roofline_time
+
+    return pred.get("time_s") or roofline_time(pred, hw)
+
+
+def _peer_time_s(impl: str, p: AttentionProblem, fastest_s: float, hw) -> float:
+    """MATH is a naive attention (its N x N tensors dominate); FLASH is about our best."""
+    if impl != "sdpa_math":
+        return fastest_s
+    from simulator.prediction import count_prediction
+
+    return 1.5 * _time_s(count_prediction(p, Tiling(block_m=64, block_n=64), "naive", hw), hw)
+
+
+def _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log):
+    """Replace chosen tilings that do not compile for sm_90 (checked at the largest N)."""
+    failed: set[int] = set()
+    while True:
+        bad = [i for i in chosen if i not in failed
+               and not aot(group.schedule, group.problem(seqs[-1]), legal[i])["ok"]]
+        if not bad:
+            return chosen, _min_gap(tuple(chosen), columns)
+        failed.update(bad)
+        for i in bad:
+            notes.append(f"{group.label}: {legal[i].describe()} does not compile for sm_90")
+            log(notes[-1])
+        keep = [i for i in range(len(legal)) if i not in failed]
+        sub = [[row[i] for i in keep] for row in columns]
+        picked, _ = choose(sub)
+        chosen = [keep[i] for i in picked]
+
+
+def plan_hash(plan: dict) -> str:
+    body = {k: plan[k] for k in ("name", "selected_by", "configs", "peers")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_plan(name_or_path: str) -> dict:
+    """A frozen plan by matrix name (``validation/plans/<name>.json``) or by path."""
+    path = Path(name_or_path)
+    if path.suffix != ".json":
+        path = PLAN_DIR / f"{name_or_path}.json"
+        if not path.is_file():
+            groups_for(name_or_path)  # unknown names fail here with the list of known ones
+            raise ProblemError(f"no frozen plan {path}; write it with `python -m "
+                               f"validation.matrix write {name_or_path}`")
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProblemError(f"cannot read plan {path}: {exc}") from None
+    if plan.get("schema") != PLAN_SCHEMA:
+        raise ProblemError(f'{path} is not a plan (schema "{PLAN_SCHEMA}")')
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simulator.cli.common import write_atomically
+    from simulator.hardware import load_hardware
+    from validation import predict
+
+    parser = argparse.ArgumentParser(prog="python -m validation.matrix",
+                                     description="choose the tilings and freeze plans")
+    parser.add_argument("action", choices=["write", "show"])
+    parser.add_argument("names", nargs="+", help="matrix names: default, quick")
+    parser.add_argument("--hardware", default="h200-sxm")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes rating candidates (default: all cores)")
+    parser.add_argument("--no-aot", action="store_true",
+                        help="skip the sm_90 compile check of the chosen tilings")
+    args = parser.parse_args(argv)
+    hw = load_hardware(args.hardware)
+    aot = None
+    if not args.no_aot and args.action == "write":
+        from validation.compile import aot_check
+        aot = aot_check
+    for name in args.names:
+        plan = build_plan(name, hw, predict.predict, predict.model_name(), aot=aot, log=print,
+                          jobs=args.jobs)
+        print(f"{name}: {len(plan['configs'])} configs, {len(plan['peers'])} peers, "
+              f"tilings selected by {plan['selected_by']}")
+        for note in plan["notes"]:
+            print(f"  note: {note}")
+        if args.action == "write":
+            PLAN_DIR.mkdir(exist_ok=True)
+            text = json.dumps(plan, indent=1) + "\n"
+            write_atomically(PLAN_DIR / f"{name}.json", lambda p, t=text: p.write_text(t))
+            print(f"  wrote {PLAN_DIR / f'{name}.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""Reconciliation: predict every measured config and compare with what the GPU did.
+
+For each Triton record that was timed, the model predicts the same (problem, tiling,
+schedule) on the preset of the GPU the record names (``--hardware`` overrides). Compared:
+
+- time: predicted ``time_s`` vs the measured median;
+- DRAM bytes: predicted ``dram_read + dram_write`` vs ncu's ``dram__bytes_{read,write}``;
+- L2 bytes: predicted global traffic (what the SMs request) vs ncu's L2 sectors from the
+  SMs (``lts__t_sectors_srcunit_tex_op_{read,write}``) x 32 bytes.
+
+Summary, per schedule and pass and overall: MAPE and max error of each; per shape (same
+problem, different tilings): Spearman rank correlation of predicted and measured times, and
+the regret of the predicted-best tiling. Peers (PyTorch SDPA) are listed, not predicted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+from simulator.hardware import load_hardware
+from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
+from validation import stats
+from validation.records import group_key, shape_key
+
+REPORT_SCHEMA = "tilesim.reconcile/1"
+# GPU names as torch / nvidia-smi report them -> preset.
+GPU_PRESETS = ((r"H200", "h200-sxm"), (r"H100", "h100-sxm5"),
+               (r"A100.*80\s*GB", "a100-sxm4-80gb"), (r"A100", "a100-sxm4-40gb"),
+               (r"RTX 4090", "rtx-4090"))
+# The issue's targets on real H200 records.
+TARGETS = {"time_mape_pct": 10.0, "time_max_pct": 20.0, "dram_mape_pct": 5.0,
+           "spearman_min": 0.9, "regret_max_pct": 5.0}
+METRICS = ("time", "dram", "l2")
+
+
+def preset_for(gpu_name: str | None) -> str | None:
+    for pattern, preset in GPU_PRESETS:
+        if gpu_name and re.search(pattern, gpu_name):
+            return preset
+    return None
+
+
+def _sum(*values):
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _measured(rec: dict) -> dict:
+    c = rec.get("counters") or {}
+    return {"time": rec["timing"]["median_s"],
+            "dram": _sum(c.get("dram_read_bytes"), c.get("dram_write_bytes")) if c else None,
+            "l2": _sum(c.get("l2_read_bytes"), c.get("l2_write_bytes")) if c else None}
+
+
+def _predicted(pred: dict) -> dict:
+    b = pred["bytes"]
+    return {"time": pred.get("time_s"), "dram": _sum(b.get("dram_read"), b.get("dram_write")),
+            "l2": _sum(b["global_read"], b["global_write"])}
+
+
+def _summary(rows: list[dict]) -> dict:
+    out = {}
+    for m in METRICS:
+        pairs = [(r["predicted"][m], r["measured"][m]) for r in rows
+                 if r["predicted"][m] is not None and r["measured"][m]]
+        p, q = [a for a, _ in pairs], [b for _, b in pairs]
+        out[m] = {"n": len(pairs), "mape_pct": stats.mape(p, q) if pairs else None,
+                  "max_pct": stats.max_abs_error(p, q) if pairs else None}
+    return out
+
+
+def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
+    """One record per (GPU, config): the latest measurement wins."""
+    latest: dict[tuple, dict] = {}
+    for rec in records:
+        key = (rec["environment"].get("gpu_name"), rec["record_id"])
+        if key not in latest or (rec["environment"].get("date_utc") or "") >= (
+                latest[key]["environment"].get("date_utc") or ""):
+            latest[key] = rec
+    return list(latest.values()), len(records) - len(latest)
+
+
+def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
+              model: str | None = None) -> dict:
+    """The reconciliation report (``tilesim.reconcile/1``) of ``records``."""
+    from validation import predict as predict_mod
+
+    predictor = predictor or predict_mod.predict
+    model = model or predict_mod.model_name()
+    records, duplicates = _dedupe(records)
+    hw_cache: dict[str, object] = {}
+    rows, peers, unpredicted, untimed = [], [], [], 0
+    for rec in records:
+        if rec["timing"] is None:
+            untimed += 1
+            continue
+        if rec["implementation"] != "triton":
+            peers.append({"shape": shape_key(dict(rec, schedule=None)),
+                          "implementation": rec["implementation"],
+                          "problem": rec["problem"], "median_s": rec["timing"]["median_s"],
+                          "tflops": rec["timing"].get("tflops")})
+            continue
+        name = hardware or preset_for(rec["environment"].get("gpu_name"))
+        if name is None:
+            raise ProblemError(f"record {rec['record_id']}: no preset for GPU "
+                               f"{rec['environment'].get('gpu_name')!r}; pass --hardware")
+        if name not in hw_cache:
+            hw_cache[name] = load_hardware(name)
+        problem = AttentionProblem.from_dict(rec["problem"])
+        tiling = Tiling.from_dict(rec["tiling"])
+        try:
+            pred = predictor(problem, tiling, rec["schedule"], hw_cache[name])
+        except ProblemError as exc:  # the model refuses the config (say, an illegal tiling)
+            unpredicted.append({"record_id": rec["record_id"], "reason": str(exc)})
+            continue
+        measured, predicted = _measured(rec), _predicted(pred)
+        errors = {m: (stats.pct_errors([predicted[m]], [measured[m]])[0]
+                      if predicted[m] is not None and measured[m] else None) for m in METRICS}
+        rows.append({"record_id": rec["record_id"], "hardware": name,
+                     "group": group_key(rec), "shape": shape_key(rec), "tiling": rec["tiling"],
+                     "measured": measured, "predicted": predicted, "error_pct": errors,
+                     "bound": pred.get("bound"),
+                     "synthetic": bool(rec.get("synthetic"))})
+    groups = defaultdict(list)
+    for r in rows:
+        groups[r["group"]].append(r)
+    shapes = []
+    by_shape = defaultdict(list)
+    for r in rows:
+        by_shape[(r["hardware"], r["shape"])].append(r)
+    for (hw_name, shape), rs in by_shape.items():
+        timed = [r for r in rs if r["predicted"]["time"] is not None]
+        entry = {"shape": shape, "hardware": hw_name, "n_tilings": len(rs),
+                 "spearman": None, "regret_pct": None, "best_measured": None,
+                 "best_predicted": None}
+        best = min(rs, key=lambda r: r["measured"]["time"])
+        entry["best_measured"] = best["tiling"]
+        if len(timed) >= 2:
+            p = [r["predicted"]["time"] for r in timed]
+            m = [r["measured"]["time"] for r in timed]
+            rho = stats.spearman(p, m)
+            entry["spearman"] = None if math.isnan(rho) else rho
+            entry["regret_pct"] = stats.regret(p, m)
+            entry["best_predicted"] = timed[min(range(len(p)), key=lambda i: p[i])]["tiling"]
+        shapes.append(entry)
+    rhos = [s["spearman"] for s in shapes if s["spearman"] is not None]
+    regrets = [s["regret_pct"] for s in shapes if s["regret_pct"] is not None]
+    overall = _summary(rows)
+    report = {
+        "schema": REPORT_SCHEMA, "model": model, "hardware": sorted(hw_cache),
+        "synthetic": any(r["synthetic"] for r in rows),
+        "n_records": len(records) + duplicates, "duplicates_dropped": duplicates,
+        "untimed_records": untimed, "unpredicted": unpredicted, "rows": rows,
+        "peers": peers, "shapes": shapes,
+        "summary": {
+            "overall": overall,
+            "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
+            "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
+            "spearman_min": min(rhos) if rhos else None,
+            "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
+            "regret_max_pct": max(regrets) if regrets else None,
+        },
+    }
+    report["summary"]["targets"] = targets_met(report["summary"])
+    return report
+
+
+def targets_met(summary: dict) -> dict:
+    """Each target of the issue: (value, target, met) — met is None without data."""
+    o = summary["overall"]
+    values = {"time_mape_pct": o["time"]["mape_pct"], "time_max_pct": o["time"]["max_pct"],
+              "dram_mape_pct": o["dram"]["mape_pct"], "spearman_min": summary["spearman_min"],
+              "regret_max_pct": summary["regret_max_pct"]}
+    out = {}
+    for key, target in TARGETS.items():
+        v = values[key]
+        met = None if v is None else (v >= target if key == "spearman_min" else v <= target)
+        out[key] = {"value": v, "target": target, "met": met}
+    return out

@@ -1,0 +1,135 @@
+"""Showing a reconciliation report: rich tables for people, a scatter plot for papers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.cli.render import fmt_bytes, fmt_time
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def _abs_pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _tiling(t: dict) -> str:
+    s = f"{t['block_m']}x{t['block_n']} s{t['num_stages']} w{t['num_warps']}"
+    return s + (f" split {t['split_kv']}" if t.get("split_kv", 1) > 1 else "")
+
+
+def tables(report: dict, per_config: bool = True) -> list:
+    from rich.table import Table
+
+    out = []
+    mark = " [SYNTHETIC records]" if report["synthetic"] else ""
+    if per_config:
+        t = Table(title=f"predicted ({report['model']}) vs measured, per config{mark}",
+                  title_justify="left")
+        for col in ("shape", "tiling", "t meas", "t pred", "err", "DRAM meas", "DRAM pred",
+                    "err", "L2 meas", "L2 pred", "err"):
+            t.add_column(col, justify="left" if col in ("shape", "tiling") else "right")
+        for r in sorted(report["rows"], key=lambda r: (r["shape"], r["measured"]["time"])):
+            m, p, e = r["measured"], r["predicted"], r["error_pct"]
+            t.add_row(r["shape"], _tiling(r["tiling"]), fmt_time(m["time"]), fmt_time(p["time"]),
+                      _pct(e["time"]), fmt_bytes(m["dram"]), fmt_bytes(p["dram"]),
+                      _pct(e["dram"]), fmt_bytes(m["l2"]), fmt_bytes(p["l2"]), _pct(e["l2"]))
+        out.append(t)
+    s = Table(title=f"summary: MAPE / max |error|{mark}", title_justify="left")
+    for col in ("group", "n", "time MAPE", "time max", "DRAM MAPE", "DRAM max", "L2 MAPE",
+                "L2 max"):
+        s.add_column(col, justify="left" if col == "group" else "right")
+    summ = report["summary"]
+    for name, g in [*summ["per_group"].items(), ("overall", summ["overall"])]:
+        s.add_row(name, str(max(g[m]["n"] for m in ("time", "dram", "l2"))),
+                  _abs_pct(g["time"]["mape_pct"]), _abs_pct(g["time"]["max_pct"]),
+                  _abs_pct(g["dram"]["mape_pct"]), _abs_pct(g["dram"]["max_pct"]),
+                  _abs_pct(g["l2"]["mape_pct"]), _abs_pct(g["l2"]["max_pct"]))
+    out.append(s)
+    if any(sh["spearman"] is not None for sh in report["shapes"]):
+        r = Table(title="tiling ranking per shape", title_justify="left")
+        for col in ("shape", "tilings", "Spearman", "regret", "predicted best",
+                    "measured best"):
+            r.add_column(col, justify="right" if col in ("tilings", "Spearman", "regret")
+                         else "left")
+        for sh in report["shapes"]:
+            r.add_row(sh["shape"], str(sh["n_tilings"]),
+                      "-" if sh["spearman"] is None else f"{sh['spearman']:.2f}",
+                      _abs_pct(sh["regret_pct"]),
+                      _tiling(sh["best_predicted"]) if sh["best_predicted"] else "-",
+                      _tiling(sh["best_measured"]))
+        out.append(r)
+    if report["peers"]:
+        p = Table(title="PyTorch SDPA peers (measured)", title_justify="left")
+        for col in ("shape", "backend", "time", "TFLOP/s"):
+            p.add_column(col, justify="right" if col in ("time", "TFLOP/s") else "left")
+        for peer in sorted(report["peers"], key=lambda x: (x["shape"], x["implementation"])):
+            p.add_row(peer["shape"], peer["implementation"], fmt_time(peer["median_s"]),
+                      "-" if peer["tflops"] is None else f"{peer['tflops']:.1f}")
+        out.append(p)
+    return out
+
+
+def target_lines(report: dict) -> list[str]:
+    lines = []
+    summ = report["summary"]
+    for key, t in summ["targets"].items():
+        verdict = {None: "no data", True: "met", False: "NOT met"}[t["met"]]
+        value = "-" if t["value"] is None else f"{t['value']:.3g}"
+        lines.append(f"target {key}: {value} (target {t['target']:g}) {verdict}")
+    if report["model"] == "counts":
+        lines.append("note: the timing simulator is not available; predicted time and DRAM "
+                     "bytes are n/a, global (L2) bytes come from exact counts")
+    for item in report["unpredicted"]:
+        lines.append(f"note: {item['record_id']} not predicted: {item['reason']}")
+    if report["duplicates_dropped"]:
+        lines.append(f"note: {report['duplicates_dropped']} older duplicate records ignored")
+    return lines
+
+
+def plot(report: dict, path: str | Path) -> None:
+    """Predicted vs measured, log-log, with y = x: time (left) and bytes (right)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simulator.cli.common import write_atomically
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    panels = ((axes[0], ("time",), "time (s)"), (axes[1], ("dram", "l2"), "bytes"))
+    for ax, metrics, label in panels:
+        drawn = []
+        for metric in metrics:
+            by_group: dict[str, list] = {}
+            for r in report["rows"]:
+                p, m = r["predicted"][metric], r["measured"][metric]
+                if p is not None and m:
+                    by_group.setdefault(r["group"], []).append((m, p))
+            for group, pts in sorted(by_group.items()):
+                xs, ys = zip(*pts, strict=True)
+                ax.scatter(xs, ys, s=14, alpha=0.8, marker="o" if metric != "l2" else "x",
+                           label=f"{group} ({metric.upper()})" if len(metrics) > 1 else group)
+                drawn += list(xs) + list(ys)
+        if drawn:
+            lo, hi = min(drawn) / 1.5, max(drawn) * 1.5
+            ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):  # minor labels of log axes overlap
+                axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no predictions", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"predicted {label}")
+    title = f"tilesim ({report['model']}) vs {', '.join(report['hardware']) or 'GPU'}"
+    fig.suptitle(title + (" — SYNTHETIC records" if report["synthetic"] else ""))
+    fig.tight_layout()
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
+    plt.close(fig)

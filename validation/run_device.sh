@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The validation run on the GPU machine, in ONE call of the device tool, from the repo root.
+#
+# Before the call, on the session's own machine (it has pip and a network), once:
+#   1. freeze the plans with the model of the day (needs no GPU; minutes with the simulator):
+#        python -m validation.matrix write default quick
+#   2. the image lacks simpy (the simulator's dependency); carry its wheel (pure Python):
+#        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#            --implementation cp --platform manylinux2014_x86_64 -d .whl simpy==4.1.2
+#      (.whl/ is in .gitignore; the run only needs it if something on the device imports
+#      the simulator — the frozen plan means the matrix itself does not.)
+#   3. check the plan and its time estimate: tilesim validate --matrix default --dry-run
+# Then the call:   run(command="bash validation/run_device.sh", carry=[".whl"], timeout_s=480)
+#
+# Environment: OUT (required; the tool sets it), MATRIX (default|quick|plan.json, default
+# "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
+# logs what it can and runs `validate --dry-run`; no GPU needed).
+#
+# Files written to $OUT (the tool returns at most 8): env.txt, validate.log, records.jsonl,
+# summary.json, ncu.csv, ncu.log, and kernels_bench.log + kernels_bench.jsonl (only if
+# benchmarks/kernels_gpu.py exists and at least BENCH_MIN_S seconds remain).
+set -u -o pipefail
+START=$(date +%s)
+OUT=${OUT:?set OUT to the folder that receives the results}
+MATRIX=${MATRIX:-default}
+BUDGET_S=${BUDGET_S:-450}
+DRY_RUN=${DRY_RUN:-0}
+BENCH_MIN_S=60  # the optional kernel benchmark runs only if this much time is left
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+elapsed() { echo $(( $(date +%s) - START )); }
+
+export PYTHONPATH=.
+if compgen -G ".whl/*.whl" >/dev/null && [ "$DRY_RUN" != 1 ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=.:/tmp/site
+fi
+
+{
+    echo "# date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# nvidia-smi"
+    nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,pstate \
+        --format=csv 2>&1 || true
+    echo "# ncu --version"
+    ncu --version 2>&1 || echo "ncu: not available"
+    echo "# ncu options this script relies on"
+    ncu --help 2>&1 | grep -E -- '--(print-units|clock-control|cache-control|target-processes)' \
+        || echo "(none found)"
+    echo "# ncu --query-metrics --chip gh100 (the metrics the run asks for)"
+    ncu --query-metrics --chip gh100 2>&1 | grep -E '^(dram__bytes_(read|write)|lts__t_sectors_srcunit_tex_op_(read|write)|lts__t_sector_hit_rate|sm__sass_data_bytes_mem_shared|gpu__time_duration) ' \
+        || echo "(no metric listing)"
+    echo "# python"
+    python3 -c 'import sys, torch, triton; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.is_available())' 2>&1
+    python3 -c 'import simpy; print("simpy", simpy.__version__)' 2>&1 || true
+    echo "# setup took $(elapsed) s"
+} >"$OUT/env.txt" 2>&1
+
+REMAINING=$(( BUDGET_S - $(elapsed) ))
+if [ "$DRY_RUN" = 1 ]; then
+    python3 -m validation validate --matrix "$MATRIX" --dry-run --budget-s "$(( REMAINING - 10 ))" \
+        >"$OUT/validate.log" 2>&1
+    rc=$?
+    tail -n 12 "$OUT/validate.log"
+    exit $rc
+fi
+
+# validate measures its budget from its own start; python, torch and CUDA start before it.
+python3 -m validation validate --matrix "$MATRIX" --out "$OUT/records.jsonl" \
+    --log-dir "$OUT" --budget-s "$(( REMAINING - 10 ))" >"$OUT/validate.log" 2>&1
+rc=$?
+
+LEFT=$(( BUDGET_S - $(elapsed) ))
+if [ -f benchmarks/kernels_gpu.py ] && [ "$LEFT" -ge "$BENCH_MIN_S" ]; then
+    timeout "$(( LEFT - 10 ))" python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_bench.jsonl" \
+        >"$OUT/kernels_bench.log" 2>&1 \
+        || echo "kernels benchmark stopped or failed (see kernels_bench.log)"
+fi
+
+# The reply carries the end of the output: say what happened, last.
+grep -E '^(run |timing: CUDA|ncu: killed|precompile:)' "$OUT/validate.log" | tail -n 8
+python3 - "$OUT/summary.json" <<'EOF' 2>/dev/null || tail -n 20 "$OUT/validate.log"
+import json, sys
+s = json.load(open(sys.argv[1]))
+p, e = s["phases_s"], s["estimate"]["phases"]
+print("phases (actual/estimated s):", ", ".join(f"{k} {p.get(k, 0):.0f}/{e.get(k, 0):.0f}"
+      for k in ("compile", "timing", "ncu")), f"total {p['total']:.0f}")
+t, n = s["timing"], s["ncu"]
+print(f"timed {len(t['measured'])}, failed {len(t['failed'])}, skipped {len(t['skipped'])};",
+      f"counters for {n.get('configs_with_counters', 0)} configs,",
+      f"{n.get('seconds_per_launch', float('nan')):.3f} s per ncu launch")
+EOF
+echo "validate exit code $rc after $(elapsed) s"
+exit $rc
