@@ -24,9 +24,9 @@ def add_parser(sub) -> None:
 
 
 def predict_both(problem, tiling, hw) -> dict:
-    from simulator.sim import simulate
+    from simulator.sim import predict
 
-    return {name: simulate(problem, tiling, name, hw) for name in SCHEDULES}
+    return {name: predict(problem, tiling, name, hw)[0] for name in SCHEDULES}
 
 
 def render(preds: dict) -> None:

@@ -95,8 +95,8 @@ def _print_dry_run(plan: dict, est: dict, budget_s: float) -> None:
     console.print(tilings)
     for note in plan["notes"]:
         console.print(f"note: {note}")
-    if plan["selected_by"] == "counts" and predict.simulator_available():
-        console.print("note: this plan was chosen by counts but the simulator is available "
+    if plan["selected_by"] != predict.model_name():
+        console.print(f"note: this plan was chosen by {plan['selected_by']}, not the simulator "
                       "now: re-freeze it with `python -m validation.matrix write "
                       f"{plan['name']}`")
     table = Table(title="time estimate on the GPU machine", title_justify="left")

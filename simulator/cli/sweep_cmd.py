@@ -1,0 +1,280 @@
+"""``tilesim sweep``: simulate every legal tiling of a problem and rank them by time.
+
+Tilings: ``block_m`` and ``block_n`` over the powers of two 16..256, ``num_stages`` 1..5,
+``num_warps`` 4 and 8; each flag narrows its axis (``--block-m 64,128 --stages 2,3``). The
+decode schedule does not use ``block_m``: its sweep varies ``split_kv`` (powers of two up
+to the number of K/V blocks) instead. Tilings whose CTA does not fit on an SM are left
+out (counted). Simulations run in parallel over the CPU's cores with a progress bar; all
+tilings of one sweep use the same engine (aggregated as soon as one needs it), so their
+times compare like with like. Prints the ranked table (best marked), ``--plot`` writes a
+heatmap of the best time per (block_m, block_n) cell, ``--json`` prints every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import sys
+
+from simulator.cli.common import (
+    add_hardware_arg,
+    add_problem_args,
+    print_json,
+    problem_from_args,
+)
+from traces.problem import ProblemError
+
+BLOCKS = (16, 32, 64, 128, 256)
+STAGES = (1, 2, 3, 4, 5)
+WARPS = (4, 8)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="simulate all legal tilings in parallel, ranked by time",
+                       description=__doc__.split("\n\n")[0])
+    add_hardware_arg(p)
+    add_problem_args(p)
+    g = p.add_argument_group("tilings (comma-separated values; default: all)")
+    g.add_argument("--block-m", type=_int_list, default=BLOCKS)
+    g.add_argument("--block-n", type=_int_list, default=BLOCKS)
+    g.add_argument("--stages", type=_int_list, default=STAGES)
+    g.add_argument("--warps", type=_int_list, default=WARPS)
+    g.add_argument("--split-kv", type=_int_list, default=None,
+                   help="decode only (default: powers of two up to the K/V block count)")
+    p.add_argument("--json", action="store_true", help="print every result as JSON")
+    p.add_argument("--plot", metavar="PATH", help="heatmap of the best time per block shape")
+    p.add_argument("--top", type=int, default=20, help="rows of the ranked table (default 20)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.add_argument("--mode", choices=("auto", "full", "aggregated"), default="auto")
+    p.set_defaults(func=run)
+
+
+def candidate_tilings(args, problem) -> list:
+    """Every tiling the flags allow (not yet checked against the hardware)."""
+    from traces.schedules.base import cdiv
+    from traces.tiling import Tiling
+
+    if args.schedule == "decode":
+        if args.split_kv is None:
+            largest = max(cdiv(problem.seq_kv, bn) for bn in args.block_n)
+            splits = tuple(2 ** i for i in range(int(math.log2(largest)) + 1))
+        else:
+            splits = args.split_kv
+        axes = itertools.product((128,), args.block_n, args.stages, args.warps, splits)
+    else:
+        if args.split_kv not in (None, (1,)):
+            raise ProblemError(f'"split_kv" applies to the decode schedule only, '
+                               f'not "{args.schedule}"')
+        axes = itertools.product(args.block_m, args.block_n, args.stages, args.warps, (1,))
+    return [Tiling(bm, bn, st, w, sp) for bm, bn, st, w, sp in axes]
+
+
+def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
+    """The tilings that run, and why the others do not (reason -> count)."""
+    from simulator.sim import check_fits
+    from traces.schedules import build_schedule
+
+    legal, refused = [], {}
+    for tiling in tilings:
+        try:
+            check_fits(build_schedule(problem, tiling, schedule), hw)
+        except ProblemError as exc:
+            reason = "does not fit on the GPU" if "does not fit" in str(exc) else str(exc)
+            refused[reason] = refused.get(reason, 0) + 1
+            continue
+        legal.append(tiling)
+    return legal, refused
+
+
+def sweep_mode(problem, schedule: str, tilings, requested: str) -> str:
+    """One engine for the whole sweep: aggregated if any tiling is too large for full."""
+    from simulator.sim import FULL_MODE_MAX_STEPS
+    from traces.schedules import build_schedule
+
+    if requested != "auto":
+        return requested
+    for tiling in tilings:
+        kernels = build_schedule(problem, tiling, schedule).kernels
+        if sum(int(k.loop_count.sum()) + k.grid for k in kernels) > FULL_MODE_MAX_STEPS:
+            return "aggregated"
+    return "full"
+
+
+def _simulate_one(job: tuple) -> dict:
+    problem, tiling, schedule, hw, mode = job
+    from simulator.sim import predict
+
+    try:
+        pred, _ = predict(problem, tiling, schedule, hw, mode)
+    except ProblemError as exc:
+        return {"tiling": tiling.to_dict(), "error": str(exc)}
+    return pred
+
+
+def run_sweep(problem, schedule: str, hw, tilings, mode: str, jobs: int,
+              progress: bool = True) -> list[dict]:
+    """Simulate ``tilings`` (in parallel when ``jobs > 1``); results ranked by time."""
+    from simulator.sim import simulate
+    from simulator.sim.warmup import fast_numba_start
+
+    work = [(problem, t, schedule, hw, mode) for t in tilings]
+    results = []
+    bar = _progress(len(work)) if progress else None
+    if jobs > 1 and len(work) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # Start numba and load the compiled code once, here: forked workers inherit it.
+        fast_numba_start()
+        small = type(problem)(batch=1, heads=1, seq_q=256, head_dim=problem.head_dim,
+                              dtype=problem.dtype)
+        simulate(small, tilings[0].__class__(), "fa2", hw, "full")
+        simulate(small, tilings[0].__class__(), "fa2", hw, "aggregated")
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = [pool.submit(_simulate_one, item) for item in work]
+            for future in as_completed(futures):
+                results.append(future.result())
+                if bar:
+                    bar[0].advance(bar[1])
+    else:
+        for item in work:
+            results.append(_simulate_one(item))
+            if bar:
+                bar[0].advance(bar[1])
+    if bar:
+        bar[0].stop()
+    return sorted(results, key=_rank_key)
+
+
+def _rank_key(result: dict):
+    t = result["tiling"]
+    time_s = result.get("time_s")
+    return (time_s is None, time_s or 0.0, t["block_m"], t["block_n"], t["num_stages"],
+            t["num_warps"], t["split_kv"])
+
+
+def _progress(total: int):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("simulating tilings", total=total)
+    bar.start()
+    return bar, task
+
+
+def run(args) -> int:
+    from simulator.hardware import load_hardware
+
+    hw = load_hardware(args.hardware)
+    problem = problem_from_args(args)
+    tilings = candidate_tilings(args, problem)
+    legal, refused = legal_tilings(problem, args.schedule, hw, tilings)
+    if not legal:
+        reasons = "; ".join(f"{n} {r}" for r, n in refused.items())
+        raise ProblemError(f"no legal tiling among the {len(tilings)} candidates ({reasons})")
+    mode = sweep_mode(problem, args.schedule, legal, args.mode)
+    jobs = args.jobs or os.cpu_count() or 1
+    results = run_sweep(problem, args.schedule, hw, legal, mode, jobs,
+                        progress=sys.stderr.isatty() or not args.json)
+    if args.plot:
+        write_heatmap(results, args.plot, decode=args.schedule == "decode")
+    if args.json:
+        print_json({"schema": "tilesim.sweep/1", "schedule": args.schedule,
+                    "hardware": hw.name, "problem": problem.to_dict(), "mode": mode,
+                    "candidates": len(tilings), "refused": refused, "results": results})
+        return 0
+    _print_ranked(results, args, hw, problem, mode, len(tilings), refused)
+    return 0
+
+
+def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None:
+    from rich.table import Table
+
+    from simulator.cli.render import fmt_bytes, fmt_time, print_tables
+
+    decode = args.schedule == "decode"
+    table = Table(title=f"{args.schedule} on {hw.name}: {problem.describe()} — "
+                        f"{len(results)} legal tilings of {candidates}, {mode} simulation",
+                  title_justify="left")
+    for col in ("#", "split" if decode else "BM", "BN", "stages", "warps", "time", "TFLOP/s",
+                "DRAM bytes", "SRAM/CTA", "CTAs/SM", "bound", ""):
+        table.add_column(col, justify="left" if col in ("bound", "") else "right")
+    for rank, r in enumerate(results[: args.top], start=1):
+        t = r["tiling"]
+        first = t["split_kv"] if decode else t["block_m"]
+        if "error" in r:
+            table.add_row(str(rank), str(first), str(t["block_n"]), str(t["num_stages"]),
+                          str(t["num_warps"]), "-", "-", "-", "-", "-", "-", r["error"])
+            continue
+        table.add_row(str(rank), str(first), str(t["block_n"]), str(t["num_stages"]),
+                      str(t["num_warps"]), fmt_time(r["time_s"]),
+                      f"{r['achieved']['convention_tflops']:.1f}",
+                      fmt_bytes(r["bytes"]["dram_read"] + r["bytes"]["dram_write"]),
+                      fmt_bytes(r["sram_peak_bytes_per_cta"]), str(r["ctas_per_sm"]),
+                      r["bound"], "[bold green]best[/]" if rank == 1 else "")
+    if refused:
+        table.caption = "left out: " + "; ".join(f"{n} {r}" for r, n in refused.items())
+    print_tables([table])
+
+
+def write_heatmap(results: list[dict], path: str, decode: bool = False) -> None:
+    """Best time per (block_m, block_n) cell (split_kv for decode), best cell marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from simulator.cli.common import write_atomically
+
+    rows_key = "split_kv" if decode else "block_m"
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        raise ProblemError("nothing to plot: every tiling failed")
+    ys = sorted({r["tiling"][rows_key] for r in ok})
+    xs = sorted({r["tiling"]["block_n"] for r in ok})
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for r in ok:
+        i, j = ys.index(r["tiling"][rows_key]), xs.index(r["tiling"]["block_n"])
+        value = r["time_s"] * 1e6
+        grid[i, j] = value if np.isnan(grid[i, j]) else min(grid[i, j], value)
+    best = ok[0]["tiling"]
+    fig, ax = plt.subplots(figsize=(1.2 * len(xs) + 3, 0.9 * len(ys) + 2))
+    image = ax.imshow(grid, cmap="viridis_r", origin="lower", aspect="auto")
+    fig.colorbar(image, ax=ax, label="best predicted time (µs)")
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set_xlabel("block_n")
+    ax.set_ylabel(rows_key)
+    middle = np.nanmin(grid) + 0.5 * (np.nanmax(grid) - np.nanmin(grid))
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            if not np.isnan(grid[i, j]):  # dark text on the light (fast) cells
+                ax.text(j, i, f"{grid[i, j]:.4g}", ha="center", va="center", fontsize=8,
+                        color="black" if grid[i, j] < middle else "white")
+    bi, bj = ys.index(best[rows_key]), xs.index(best["block_n"])
+    ax.add_patch(plt.Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red",
+                               linewidth=3))
+    ax.set_title(f"best: {rows_key}={best[rows_key]} block_n={best['block_n']} "
+                 f"stages={best['num_stages']} warps={best['num_warps']} "
+                 f"({ok[0]['time_s'] * 1e6:.4g} µs)")
+    fig.tight_layout()
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)

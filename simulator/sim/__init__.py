@@ -1,0 +1,111 @@
+"""The timing simulator: a schedule's kernel launches replayed on a GPU preset with SimPy.
+
+``simulate(problem, tiling, schedule, hw)`` runs the model of ``DESIGN.md`` level 3 and
+returns a ``Simulation`` (per-kernel ``KernelRun`` records); ``predict`` turns it into the
+``tilesim.prediction/1`` dict. Two engines implement one model:
+
+- ``full``: every tile load, store and compute step is an event (``sim.full``);
+- ``aggregated``: CTA phases are fluid jobs, every tile still goes through the L2 model
+  (``sim.fluid``); its error against ``full`` is measured and bounded by tests.
+
+``mode="auto"`` picks ``full`` up to ``FULL_MODE_MAX_STEPS`` CTA steps (loop iterations plus
+one per CTA for its prologue and epilogue) and ``aggregated`` above.
+
+The modules, one concept each: ``program`` (a kernel's steps as arrays), ``compute`` (step
+time on an SM), ``l2`` (the cache), ``bandwidth`` (processor-sharing pools), ``full`` and
+``fluid`` (the engines), ``fairshare`` and ``stream`` (the fluid's rates and its L2 replay),
+``record`` (what a run records), ``results`` (bound and prediction JSON), ``timeline``
+(Chrome trace export).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from simulator.hardware import Hardware
+from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
+
+FULL_MODE_MAX_STEPS = 20_000
+MODES = ("auto", "full", "aggregated")
+
+
+@dataclass
+class Simulation:
+    problem: AttentionProblem
+    tiling: Tiling
+    schedule: str
+    hardware: Hardware
+    tensor_names: list[str]
+    runs: list  # KernelRun per kernel launch, in order
+    mode: str
+    wall_s: float  # seconds the simulation itself took (not the Python start-up)
+
+    @property
+    def time_s(self) -> float:
+        return sum(r.time_s for r in self.runs)
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.runs)
+
+
+def check_fits(schedule, hw: Hardware) -> None:
+    """Raise ``ProblemError`` (one line) if a CTA of some kernel cannot be resident at all."""
+    from simulator.occupancy import residency
+
+    for kernel in schedule.kernels:
+        res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
+        if res.ctas_per_sm > 0:
+            continue
+        t = schedule.tiling
+        tiles = f"BM={t.block_m} BN={t.block_n} stages={t.num_stages} warps={t.num_warps}"
+        if kernel.sram_bytes > hw.smem_per_cta_max_bytes:
+            raise ProblemError(
+                f"tiling {tiles} does not fit on {hw.name}: {kernel.name} needs "
+                f"{kernel.sram_bytes / 1024:.1f} KiB of shared memory per CTA, the GPU allows "
+                f"{hw.smem_per_cta_max_bytes / 1024:.1f} KiB (try smaller blocks or fewer stages)"
+            )
+        raise ProblemError(
+            f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA needs "
+            f"{res.registers_per_thread} registers x {t.threads} threads "
+            f"(the SM has {hw.registers_per_sm}); use fewer warps or smaller blocks"
+        )
+
+
+def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+             mode: str = "auto") -> Simulation:
+    """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run."""
+    from simulator.sim.l2 import BlockLayout, L2Cache
+    from simulator.sim.program import schedule_programs
+    from simulator.sim.warmup import fast_numba_start
+    from traces.schedules import build_schedule
+
+    if mode not in MODES:
+        raise ProblemError(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}.')
+    started = time.perf_counter()
+    sched = build_schedule(problem, tiling, schedule)
+    check_fits(sched, hw)
+    fast_numba_start()
+    programs = schedule_programs(sched, hw)
+    steps = sum(p.iterations + p.grid for p in programs)
+    if mode == "auto":
+        mode = "full" if steps <= FULL_MODE_MAX_STEPS else "aggregated"
+    cache = L2Cache(hw.l2_bytes, BlockLayout.from_schedule(sched))
+    if mode == "full":
+        from simulator.sim.full import FullEngine as Engine
+    else:
+        from simulator.sim.fluid import FluidEngine as Engine
+    runs = Engine(programs, hw, cache, tiling.num_stages).run()
+    return Simulation(problem, tiling, schedule, hw, sched.tensor_names, runs, mode,
+                      time.perf_counter() - started)
+
+
+def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+            mode: str = "auto") -> tuple[dict, Simulation]:
+    """The full ``tilesim.prediction/1`` dict, and the simulation behind it."""
+    from simulator.sim.results import fill_prediction
+
+    sim = simulate(problem, tiling, schedule, hw, mode)
+    return fill_prediction(sim), sim

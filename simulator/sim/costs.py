@@ -1,0 +1,133 @@
+"""What each CTA of a kernel costs, as the aggregated engine's phases.
+
+From a kernel's program (``program``), per CTA: bytes loaded and stored by phase of the
+program, compute seconds, and — given its L2 misses — the four phases the fluid runs it as
+(``fluid``): the latency of its first loads, their transfer, the body, the last stores.
+Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port, bytes through HBM,
+compute seconds on its SM, and its critical path alone on the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.hardware import Hardware
+from simulator.sim.bandwidth import sm_port_bytes_per_s
+from simulator.sim.program import KernelProgram, _segment_sums
+from traces.schedules.base import LOAD, STORE
+
+FOLD = 0.05  # fold a CTA's short phases into its body below this share of it
+
+
+class CtaCosts:
+    """Per-CTA bytes and seconds of one kernel, by phase of the program (length ``grid``)."""
+
+    def __init__(self, prog: KernelProgram, hw: Hardware, stages: int, tensors: int):
+        self.hw, self.stages = hw, stages
+        reps = np.arange(prog.grid) % prog.period
+        count, first = prog.loop_count[: prog.period], prog.loop_first
+
+        def loop(values: np.ndarray) -> np.ndarray:
+            return _segment_sums(values, first, count)[..., reps]
+
+        self.n = prog.loop_count.astype(np.float64)
+        self.pre_load = prog.pre.bytes_of(LOAD).astype(np.float64)
+        self.loop_load = loop(prog.loop.bytes_of(LOAD)).astype(np.float64)
+        self.post_load = prog.post.bytes_of(LOAD).astype(np.float64)
+        self.post_store = prog.post.bytes_of(STORE).astype(np.float64)
+        pre_store = prog.pre.bytes_of(STORE).astype(np.float64)
+        self.store = pre_store + loop(prog.loop.bytes_of(STORE)) + self.post_store
+        # The stores after the CTA's last compute: the epilogue's, or the prologue's in a
+        # kernel without loop or epilogue stores (naive attention's one-shot kernels).
+        self.last_store = np.where(self.post_store > 0, self.post_store,
+                                   np.where(self.n == 0, pre_store, 0.0))
+        self.pre_compute = prog.pre.compute_s
+        self.loop_compute = loop(prog.loop.compute_s)
+        self.post_compute = prog.post.compute_s
+        self.load = self.pre_load + self.loop_load + self.post_load
+        self.compute = self.pre_compute + self.loop_compute + self.post_compute
+        per = np.maximum(self.n, 1)
+        self.load_it, self.compute_it = self.loop_load / per, self.loop_compute / per
+        self.store_it = loop(prog.loop.bytes_of(STORE)) / per
+        # Issued at the start: the prologue's loads and the first ``stages`` iterations'.
+        self.first_load = self.pre_load + np.minimum(self.n, stages) * self.load_it
+        self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
+
+    def compulsory_misses(self, tensor_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A first guess of each CTA's (load misses, write-backs): an infinite cache.
+
+        Every block a kernel touches misses once, shared evenly by the CTAs that load it
+        (each attention kernel touches all of each tensor it reads), and every stored byte
+        is written back once. Pass A orders the L2 replay with this; the replay then counts.
+        """
+        loads, stores = self.per_tensor  # [tensors, grid]
+        def shared(per_cta):
+            total = per_cta.sum(axis=1, keepdims=True)
+            ratio = np.minimum(1.0, np.divide(tensor_bytes[:, None], total,
+                                              out=np.zeros_like(total), where=total > 0))
+            return (per_cta * ratio).sum(axis=0)
+        return shared(loads), shared(stores)
+
+    def phases(self, miss: np.ndarray, first_miss: np.ndarray, written: np.ndarray,
+               missed_steps: np.ndarray, first_wave: int) -> tuple[np.ndarray, ...]:
+        """``(B, M, K, CP)``, each ``[grid, 4]``: latency, first loads, body, last stores.
+
+        CTAs from ``first_wave`` on start one by one as slots free, not in a burst: for
+        them the first two phases are folded into the body when they are a small part of it.
+
+        ``missed_steps`` is the fraction of the CTA's loading steps that missed L2 somewhere:
+        those wait for HBM's latency, the others for L2's.
+        """
+        hw, stages = self.hw, self.stages
+        l2, hbm = hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s
+        through = min(l2, sm_port_bytes_per_s(hw))
+        fraction = np.divide(miss, self.load, out=np.zeros_like(miss), where=self.load > 0)
+        latency = hw.l2_latency_s + missed_steps * (hw.hbm_latency_s - hw.l2_latency_s)
+
+        def transfer(nbytes, missed):
+            return np.maximum(nbytes / through, missed / hbm)
+
+        n = self.n
+        # The SM's port also carries the iteration's stores.
+        moved_it = self.load_it + self.store_it
+        step = np.maximum(self.compute_it, (latency + self.compute_it
+                                            + transfer(moved_it, self.load_it * fraction))
+                          / stages)
+        loop = np.where(n > 0, self.compute_it + (n - 1) * step, 0.0)
+        drain = np.where(self.post_load > 0,
+                         latency + transfer(self.post_load, self.post_load * fraction), 0.0)
+        body = self.pre_compute + loop + drain + self.post_compute
+        last = self.last_store / through
+        separate = last > FOLD * body
+        grid = n.shape[0]
+        B, M, K, CP = (np.zeros((grid, 4)) for _ in range(4))
+        CP[:, 0] = np.where(self.first_load > 0, latency, 0.0)
+        B[:, 1], M[:, 1] = self.first_load, first_miss
+        CP[:, 1] = transfer(self.first_load, first_miss)
+        B[:, 2] = self.load + self.store - self.first_load - np.where(separate, self.last_store, 0)
+        M[:, 2] = np.maximum(miss - first_miss, 0.0) + written
+        K[:, 2] = self.compute
+        CP[:, 2] = np.maximum(body + np.where(separate, 0.0, last), 1e-12)
+        B[:, 3] = np.where(separate, self.last_store, 0.0)
+        CP[:, 3] = np.where(separate, last, 0.0)
+        fold = ((np.arange(grid) >= first_wave)
+                & (CP[:, 0] + CP[:, 1] < FOLD * CP[:, 2]))
+        for x in (B, M):
+            x[fold, 2] += x[fold, 1]
+        CP[fold, 2] += CP[fold, 0] + CP[fold, 1]
+        for x in (B, M, CP):
+            x[fold, :2] = 0.0
+        return B, M, K, CP
+
+
+def _per_tensor(prog: KernelProgram, tensors: int, reps, count,
+                first) -> tuple[np.ndarray, np.ndarray]:
+    """Load and store bytes of every CTA per tensor: two ``[tensors, grid]`` arrays."""
+    out = np.zeros((2, tensors, prog.grid))
+    for phase, looped in ((prog.pre, False), (prog.loop, True), (prog.post, False)):
+        for row in range(phase.kind.size):
+            nbytes = phase.nbytes[row].astype(np.float64)
+            if looped:
+                nbytes = _segment_sums(nbytes, first, count)[reps]
+            out[int(phase.kind[row] == STORE), phase.tensor[row]] += nbytes
+    return out[0], out[1]

@@ -1,0 +1,313 @@
+"""The aggregated engine: CTAs as fluid jobs; the L2 model still sees every tile.
+
+Replaying every tile step (``full``) costs a few events per step, and a long causal run has
+tens of millions. This engine keeps the full engine's model but changes its unit of time
+from the step to the CTA phase:
+
+- **Dispatch** is the full engine's: launch order, ``sm_count x ctas_per_sm`` slots, the
+  next CTA takes the first slot that frees. Loop-less kernels of more than
+  ``MAX_JOBS_PER_SLOT`` waves run ``m`` consecutive CTAs as one job, back to back in one
+  slot (``_jobs`` says why only those).
+- **A CTA** is up to four phases run back to back in its slot: the latency of its first
+  loads; the transfer of those loads (the prologue's and the first ``num_stages``
+  iterations' — when a wave starts together these bursts share the memory system, as they
+  do on the GPU); the body; and the epilogue's stores, which the CTA waits for before it
+  retires. After the first wave, CTAs start one by one as slots free, and their short
+  phases are folded into the body when together they take under ``costs.FOLD`` of it. Each
+  phase needs ``B`` bytes through L2 and its SM's port, ``M`` through HBM (its L2 misses,
+  and for the body the write-backs its accesses cause), ``K`` seconds of its SM's compute,
+  and cannot be shorter than its critical path ``CP`` alone on the GPU. With ``s`` stages,
+  iteration ``t``'s loads are issued when iteration ``t - s + 1`` starts, so the loop runs
+  at ``max(compute, (latency + transfer + compute) / s)`` per iteration (one stage:
+  ``latency + transfer + compute``); the body's path is that loop plus the epilogue. A
+  step's latency is HBM's for the share of the CTA's steps that missed L2, L2's otherwise.
+- **Sharing**: between two events (a phase ending) every resident phase progresses at a
+  constant rate set by max-min fair sharing of L2, HBM and its SM (``fairshare``). A SimPy
+  process steps from event to event.
+- **L2** is the full engine's tile-level LRU, fed in time order (``stream``). Hits depend on
+  timing and timing on hits, so each kernel is timed twice: pass A (CTAs as single phases,
+  compulsory misses only: an infinite cache), the L2 replay in pass A's order, and pass C
+  (the phases, the replayed misses). If pass C's kernel time differs from pass A's by more
+  than ``REFINE_TOLERANCE`` (and the CTAs loop), the replay and pass C are repeated once in
+  pass C's order.
+
+What the aggregation gives up: the order of tile accesses inside the interval of two
+events (a CTA's iterations are spread evenly over its lifetime) and the lock-step of
+identical CTAs after the first wave (the fluid spreads their bursts; the full engine keeps
+them synchronised, which delays loads that a real GPU's jitter would spread out).
+``tests/test_sim_aggregate.py`` measures the difference against the full engine on a matrix
+of schedules and tilings at moderate size and asserts ``ERROR_BOUND``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+from numba import njit
+
+from simulator.hardware import Hardware
+from simulator.sim.bandwidth import sm_port_bytes_per_s
+from simulator.sim.costs import CtaCosts
+from simulator.sim.fairshare import ROWS, fair_rates
+from simulator.sim.l2 import L2Cache
+from simulator.sim.program import KernelProgram
+from simulator.sim.record import CountingEnvironment, KernelRun
+from simulator.sim.stream import replay
+
+MAX_JOBS_PER_SLOT = 64
+BODY = 2  # index of the body among a CTA's phases
+REFINE_TOLERANCE = 0.02
+# Aggregated against full engine, per kernel, asserted by tests/test_sim_aggregate.py.
+ERROR_BOUND = {"time": 0.06, "dram_bytes": 0.06}
+_FINISHED = 1e-9  # remaining fraction below which a phase is done
+
+
+class FluidKernel:
+    """Fluid timing of one kernel's jobs on the GPU's slots (one SimPy process).
+
+    Job arrays are ``[jobs, phases]``; a phase with ``CP == 0`` is skipped. State lives in
+    a few packed arrays so that each event is one compiled call with few arguments.
+    """
+
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP):
+        self.hw, self.slots = hw, slots
+        jobs, phases = B.shape
+        self.job = np.ascontiguousarray(np.stack([B, M, K, CP]), dtype=np.float64)
+        # Per job: start, end, then when each phase began (skipped phases: when passed).
+        self.times = np.zeros((jobs, 2 + phases))
+        self.job_slot = np.zeros(jobs, dtype=np.int64)
+        self.slot_f = np.zeros((_SF, slots))  # remaining, rate, B, M, K, CP of the phase
+        self.slot_f[_S_CP] = np.inf
+        self.slot_i = np.zeros((_SI, slots), dtype=np.int64)  # job, phase, limit
+        self.slot_i[_S_JOB] = -1
+        self.counters = np.zeros(2, dtype=np.int64)  # next job, segments recorded
+        self.segments = np.zeros(((phases + 1) * jobs + slots + 4, 4))  # t0, t1, L2, HBM
+        self.limit_s = np.zeros(5)  # phase-seconds bound by each LIMIT_*
+        self.work = np.zeros((ROWS, slots))  # kept between events (fairshare)
+        self.dirty = np.zeros(hw.sm_count, dtype=np.bool_)
+        self.share_state = np.zeros(3)
+        self.levels = np.zeros((2, hw.sm_count))
+        self.rates = np.array([hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s,
+                               sm_port_bytes_per_s(hw)])
+        self.events = 0
+
+    @property
+    def job_start(self) -> np.ndarray:
+        return self.times[:, 0]
+
+    @property
+    def job_end(self) -> np.ndarray:
+        return self.times[:, 1]
+
+    @property
+    def phase_start(self) -> np.ndarray:
+        return self.times[:, 2:]
+
+    def process(self, env: simpy.Environment):
+        dt = 0.0
+        while True:
+            dt = _step(env.now, dt, self.job, self.times, self.job_slot, self.slot_f,
+                       self.slot_i, self.counters, self.segments, self.limit_s, self.levels,
+                       self.work, self.dirty, self.share_state, self.rates)
+            if dt < 0:
+                return
+            yield env.timeout(dt)
+
+    def run(self) -> FluidKernel:
+        env = CountingEnvironment()
+        env.process(self.process(env))
+        env.run()
+        self.events = env.events
+        return self
+
+    @property
+    def span_s(self) -> float:
+        return float(self.job_end.max() - self.job_start.min()) if self.job_end.size else 0.0
+
+
+_S_REM, _S_RATE, _S_B, _S_M, _S_K, _S_CP = range(6)  # rows of FluidKernel.slot_f
+_SF = 6
+_S_JOB, _S_PHASE, _S_LIMIT = range(3)  # rows of FluidKernel.slot_i
+_SI = 3
+
+
+@njit(cache=True)
+def _enter(s, j, phase, now, job, times, slot_f, slot_i):  # pragma: no cover - numba
+    """Put job ``j`` in slot ``s`` at its first phase >= ``phase`` with work; False if none."""
+    phases = job.shape[2]
+    while phase < phases and job[3, j, phase] <= 0:
+        times[j, 2 + phase] = now
+        phase += 1
+    if phase == phases:
+        return False
+    times[j, 2 + phase] = now
+    slot_i[_S_JOB, s], slot_i[_S_PHASE, s] = j, phase
+    slot_f[_S_REM, s] = 1.0
+    for f in range(4):
+        slot_f[_S_B + f, s] = job[f, j, phase]
+    return True
+
+
+@njit(cache=True)
+def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, limit_s, levels,
+          work, dirty, share_state, rates):  # pragma: no cover - numba
+    """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1."""
+    n_slots = slot_f.shape[1]
+    rem, rate = slot_f[_S_REM], slot_f[_S_RATE]
+    sjob, limit = slot_i[_S_JOB], slot_i[_S_LIMIT]
+    if dt > 0:
+        l2 = 0.0
+        hbm = 0.0
+        for s in range(n_slots):
+            if sjob[s] >= 0:
+                l2 += rate[s] * slot_f[_S_B, s]
+                hbm += rate[s] * slot_f[_S_M, s]
+                limit_s[limit[s]] += dt
+                rem[s] -= rate[s] * dt
+        k = counters[1]
+        segments[k, 0], segments[k, 1], segments[k, 2], segments[k, 3] = now - dt, now, l2, hbm
+        counters[1] += 1
+    active = 0
+    jobs = job.shape[1]
+    n_sm = levels.shape[1]
+    for s in range(n_slots):
+        j = sjob[s]
+        if j >= 0 and rem[s] <= _FINISHED:
+            dirty[s % n_sm] = True
+            if not _enter(s, j, slot_i[_S_PHASE, s] + 1, now, job, times, slot_f, slot_i):
+                times[j, 1] = now
+                sjob[s] = -1
+                slot_f[_S_B, s] = slot_f[_S_M, s] = slot_f[_S_K, s] = 0.0
+                slot_f[_S_CP, s] = np.inf
+        while sjob[s] < 0 and counters[0] < jobs:
+            j = counters[0]
+            counters[0] += 1
+            times[j, 0], job_slot[j] = now, s
+            dirty[s % n_sm] = True
+            if not _enter(s, j, 0, now, job, times, slot_f, slot_i):
+                times[j, 1] = now  # nothing to do at all
+        if sjob[s] >= 0:
+            active += 1
+    if active == 0:
+        return -1.0
+    fair_rates(slot_f[_S_B], slot_f[_S_M], slot_f[_S_K], slot_f[_S_CP], n_sm, rates[0],
+               rates[1], rates[2], levels[0], levels[1], work, rate, limit, dirty, share_state)
+    best = np.inf
+    for s in range(n_slots):
+        if sjob[s] >= 0:
+            best = min(best, rem[s] / rate[s])
+    return best
+
+
+def _jobs(grid: int, slots: int, loopless: bool) -> np.ndarray:
+    """First CTA of each job: one CTA each, except in kernels without a loop (one-shot CTAs
+    such as naive attention's) with more than ``MAX_JOBS_PER_SLOT`` waves, where
+    consecutive CTAs run as one job. CTAs that loop share tiles with the CTAs resident with
+    them, and running two of them back to back in one slot would change what L2 sees."""
+    if not loopless:
+        return np.arange(grid, dtype=np.int64)
+    per_job = max(1, -(-grid // (MAX_JOBS_PER_SLOT * slots)))
+    return np.arange(0, grid, per_job, dtype=np.int64)
+
+
+class FluidEngine:
+    """Runs every kernel of a schedule through passes A, B and C (module docstring)."""
+
+    def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
+                 num_stages: int):
+        self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
+        self.env = simpy.Environment()
+        self.runs: list[KernelRun] = []
+
+    def run(self) -> list[KernelRun]:
+        self.env.process(self._kernels())
+        self.env.run()
+        return self.runs
+
+    def _kernels(self):
+        for prog in self.programs:
+            launch = self.env.now
+            yield self.env.timeout(self.hw.kernel_launch_overhead_s)
+            yield from self._kernel(prog, launch)
+
+    def _kernel(self, prog: KernelProgram, launch: float):
+        hw, cache = self.hw, self.cache
+        costs = CtaCosts(prog, hw, self.stages, cache.layout.rows.size)
+        slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
+        first = _jobs(prog.grid, slots, prog.iterations == 0)
+        saved, stats_before = cache.snapshot(), cache.stats.copy()
+        # Pass A: each CTA one phase, compulsory misses only.
+        miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
+        fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
+        wave = int(first[slots]) if first.size > slots else prog.grid
+        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, wave)
+        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
+        events, tiles = timed.events, 0
+        for attempt in range(2):
+            start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
+            if attempt:
+                cache.restore(saved)
+            hit, miss, written, first_miss, steps, missed, looked_up = replay(
+                cache, prog, start, loop_start, end, self.stages)
+            tiles += int(looked_up[0])
+            phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
+                                  written.astype(np.float64),
+                                  np.divide(missed, steps, out=np.zeros(prog.grid),
+                                            where=steps > 0), wave)
+            final = self._fluid(slots, first, *phases)
+            events += final.events
+            if (prog.iterations == 0
+                    or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s):
+                break  # one-shot CTAs: their order hardly depends on timing
+            timed = final
+        start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
+        flushed = cache.flush()
+        begin = self.env.now
+        yield self.env.timeout(float(end.max()) if prog.grid else 0.0)
+        done = self.env.now
+        if flushed:
+            yield self.env.timeout(flushed / hw.hbm_effective_bytes_per_s)
+        segments = final.segments[: final.counters[1]] + [begin, begin, 0.0, 0.0]
+        hbm = segments[:, [0, 1, 3]]
+        if flushed:
+            hbm = np.vstack([hbm, [[done, self.env.now, hw.hbm_effective_bytes_per_s]]])
+        self.runs.append(KernelRun(
+            name=prog.name, launch_s=launch, start_s=begin, end_s=self.env.now,
+            ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
+            sram_bytes_per_cta=prog.sram_bytes, cta_start=start + begin, cta_end=end + begin,
+            cta_slot=slot, tensor_bytes=cache.stats - stats_before, flush_bytes=flushed,
+            events=events, tile_accesses=tiles, mode="aggregated", hbm_segments=hbm,
+            l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
+        ))
+
+    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP) -> FluidKernel:
+        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment.
+
+        A job of several CTAs has each phase summed over them: its latencies, then its
+        first loads, its bodies, its last stores (the order changes, not the totals).
+        """
+        return FluidKernel(self.hw, slots, *(np.add.reduceat(x, first, axis=0)
+                                             for x in (B, M, K, CP))).run()
+
+
+def _cta_times(fluid: FluidKernel, first: np.ndarray, path: np.ndarray):
+    """Start, loop start, end and slot of every CTA.
+
+    A job of several CTAs has its span cut in proportion to its CTAs' paths (their loops
+    start when they start); a job of one CTA starts its loop with its body phase.
+    """
+    grid = path.shape[0]
+    job = np.repeat(np.arange(first.size), np.diff(np.append(first, grid)))
+    before = np.cumsum(path) - path
+    job_total = np.add.reduceat(path, first)[job]
+    span = (fluid.job_end - fluid.job_start)[job]
+    share = np.divide(span, job_total, out=np.zeros(grid), where=job_total > 0)
+    start = fluid.job_start[job] + (before - before[first][job]) * share
+    # A CTA ends where the next of its job starts (exactly: slots must not overlap).
+    end = np.append(start[1:], 0.0)
+    last = np.append(first[1:], grid) - 1
+    end[last] = fluid.job_end
+    body = fluid.phase_start[:, BODY] if fluid.phase_start.shape[1] > BODY else fluid.job_start
+    alone = np.diff(np.append(first, grid)) == 1
+    loop_start = np.where(alone[job], body[job], start)
+    return start, loop_start, end, fluid.job_slot[job]

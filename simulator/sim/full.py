@@ -1,0 +1,257 @@
+"""The full engine: every tile load, store and compute step of every CTA is an event.
+
+Model (``DESIGN.md``, level 3), per kernel launch:
+
+- **Launch**: the launch overhead elapses, then CTAs are dispatched in launch order to
+  ``sm_count x ctas_per_sm`` slots (slot ``s`` on SM ``s % sm_count``, so the first wave
+  spreads over all SMs before doubling up); whenever a CTA retires, the next CTA takes its
+  slot. The kernel ends when its last CTA has retired and L2 has written its dirty data
+  back to DRAM (evicted blocks during the kernel, the rest at its end: they stay resident,
+  clean); the next kernel then launches (kernels of a pass run one after another).
+- **Loads run ahead** (Triton's software pipelining): the prologue's loads and those of the
+  first ``num_stages - 1`` loop iterations are issued when the CTA starts; iteration ``t``
+  issues the loads of ``t + num_stages - 1`` into the buffer iteration ``t - 1`` has just
+  released, waits for its own, computes, and issues its stores. So up to ``num_stages``
+  iterations' loads are in flight; ``num_stages = 1`` loads, waits and computes in turn.
+  Shared memory holds ``num_stages`` buffers, which is what the schedules count as SRAM.
+- **Memory**: every tile access is looked up in L2 (``l2``) when it is issued. All its bytes
+  cross L2 (a processor-sharing pool at the preset's effective L2 bandwidth) and the SM's
+  port (a pool per SM at its shared-memory bandwidth: an SM cannot take in data faster
+  than it can write it to shared memory); the bytes that miss also cross HBM (effective
+  HBM bandwidth). A load's data is there when all its transfers are done plus the latency
+  of the farthest level it reached. Write-backs of evicted dirty blocks are HBM transfers
+  nobody waits for. Stores cross the port and L2 and are not waited for, except that a CTA
+  retires only once its stores have been accepted by L2.
+- **Compute**: a step takes its busiest unit's time (``compute``); the CTAs of one SM share
+  its units first come, first served.
+
+This engine is exact for its model and costs a few events per tile step, so it is used for
+problems of up to about a hundred thousand loop iterations; ``fluid`` aggregates the
+same model for larger ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import simpy
+
+from simulator.hardware import Hardware
+from simulator.sim.bandwidth import SharedBandwidth, sm_port_bytes_per_s
+from simulator.sim.l2 import TILE_FIELDS, L2Cache
+from simulator.sim.program import KernelProgram, Phase
+from simulator.sim.record import CountingEnvironment, KernelRun
+from traces.schedules.base import LOAD, STORE
+
+
+class _Requests:
+    """The tile rows of every access of a phase, built once per kernel."""
+
+    def __init__(self, phase: Phase, kind: int, offsets: np.ndarray | None):
+        rows = np.flatnonzero(phase.kind == kind)
+        self.rows = rows
+        self.mask = phase.mask[rows].T  # [units, k]
+        self.bytes = phase.nbytes[rows].sum(axis=0)  # [units]
+        tiles = np.zeros((phase.units, rows.size, TILE_FIELDS), dtype=np.int64)
+        tiles[:, :, 0] = phase.tensor[rows]
+        tiles[:, :, 1] = phase.plane[rows].T
+        tiles[:, :, 2] = phase.row_block[rows].T
+        tiles[:, :, 3] = phase.col_block[rows].T
+        tiles[:, :, 4] = phase.tile_rows[rows]
+        tiles[:, :, 5] = phase.tile_cols[rows]
+        tiles[:, :, 6] = kind == STORE
+        self.tiles = tiles
+        self.offsets = None if offsets is None else offsets[rows].T  # [grid, k]
+
+    def tiles_of(self, unit: int, cta: int) -> np.ndarray:
+        tiles = self.tiles[unit][self.mask[unit]]
+        if self.offsets is not None:
+            tiles[:, 1] += self.offsets[cta][self.mask[unit]]
+        return tiles
+
+
+class FullEngine:
+    """Runs every kernel of a schedule on one SimPy environment (see the module docstring)."""
+
+    def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
+                 num_stages: int):
+        self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
+        self.env = CountingEnvironment()
+        self.l2 = SharedBandwidth(self.env, hw.l2_effective_bytes_per_s, "l2")
+        self.hbm = SharedBandwidth(self.env, hw.hbm_effective_bytes_per_s, "hbm")
+        self.ports = [SharedBandwidth(self.env, sm_port_bytes_per_s(hw), f"sm{i}")
+                      for i in range(hw.sm_count)]
+        self.tiles = 0
+        self.runs: list[KernelRun] = []
+
+    def run(self) -> list[KernelRun]:
+        self.env.process(self._kernels())
+        self.env.run()
+        return self.runs
+
+    # -- kernels and slots -------------------------------------------------------------
+
+    def _kernels(self):
+        hw = self.hw
+        for prog in self.programs:
+            launch, counted = self.env.now, self.env.events
+            yield self.env.timeout(hw.kernel_launch_overhead_s)
+            start, before = self.env.now, self.cache.stats.copy()
+            hbm_log, l2_log = len(self.hbm.busy_log), len(self.l2.busy_log)
+            self.prog = prog
+            self.req = {
+                (phase, kind): _Requests(getattr(prog, phase), kind,
+                                         prog.plane_offset if phase == "loop" else None)
+                for phase in ("pre", "loop", "post") for kind in (LOAD, STORE)
+            }
+            self.next_cta = 0
+            self.sm_free = np.zeros(hw.sm_count)
+            self.cta_start = np.zeros(prog.grid)
+            self.cta_end = np.zeros(prog.grid)
+            self.cta_slot = np.zeros(prog.grid, dtype=np.int64)
+            slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
+            yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
+            flushed = self.cache.flush()
+            if flushed:
+                self.hbm.start(flushed, _nothing)
+            yield self.hbm.idle()  # write-backs still in flight finish within the kernel
+            self.runs.append(KernelRun(
+                name=prog.name, launch_s=launch, start_s=start, end_s=self.env.now,
+                ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
+                sram_bytes_per_cta=prog.sram_bytes, cta_start=self.cta_start,
+                cta_end=self.cta_end, cta_slot=self.cta_slot,
+                tensor_bytes=self.cache.stats - before, flush_bytes=flushed,
+                events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
+                hbm_segments=_segments(self.hbm, hbm_log), l2_segments=_segments(self.l2, l2_log),
+                unit_s=prog.totals()["unit_s"].sum(axis=1),
+            ))
+            self.tiles = 0
+
+    def _slot(self, slot: int):
+        sm = slot % self.hw.sm_count
+        while self.next_cta < self.prog.grid:
+            cta = self.next_cta
+            self.next_cta += 1
+            self.cta_start[cta], self.cta_slot[cta] = self.env.now, slot
+            yield from self._cta(cta, sm)
+            self.cta_end[cta] = self.env.now
+
+    # -- one CTA -----------------------------------------------------------------------
+
+    def _cta(self, cta: int, sm: int):
+        prog, stages = self.prog, self.stages
+        pending = [0, None]  # stores in flight, event to wake the CTA when they are done
+        first_loads = self._load("pre", cta, cta, sm)
+        units = prog.loop_units(cta)
+        ahead = deque(self._load("loop", cta, units[t], sm)
+                      for t in range(min(len(units), stages - 1)))
+        if first_loads is not None:
+            yield first_loads
+        yield from self._compute(sm, prog.pre.compute_s[cta])
+        self._store("pre", cta, cta, sm, pending)
+        for t, unit in enumerate(units):
+            if stages > 1:
+                if t + stages - 1 < len(units):
+                    ahead.append(self._load("loop", cta, units[t + stages - 1], sm))
+                loads = ahead.popleft()
+            else:
+                loads = self._load("loop", cta, unit, sm)
+            if loads is not None:
+                yield loads
+            yield from self._compute(sm, prog.loop.compute_s[unit])
+            self._store("loop", cta, unit, sm, pending)
+        last_loads = self._load("post", cta, cta, sm)
+        if last_loads is not None:
+            yield last_loads
+        yield from self._compute(sm, prog.post.compute_s[cta])
+        self._store("post", cta, cta, sm, pending)
+        if pending[0]:
+            pending[1] = self.env.event()
+            yield pending[1]
+
+    def _compute(self, sm: int, seconds: float):
+        if seconds > 0:
+            now = self.env.now
+            end = max(now, self.sm_free[sm]) + seconds
+            self.sm_free[sm] = end
+            yield self.env.timeout(end - now)
+
+    # -- memory ------------------------------------------------------------------------
+
+    def _access(self, phase: str, kind: int, cta: int, unit: int):
+        """Look the unit's tiles of ``kind`` up in L2; (bytes, missed bytes) or None."""
+        req = self.req[(phase, kind)]
+        if not req.bytes[unit]:
+            return None
+        tiles = req.tiles_of(unit, cta)
+        self.tiles += tiles.shape[0]
+        out = self.cache.access(tiles)
+        hit, miss, written = (int(x) for x in out.sum(axis=0))
+        if written:
+            self.hbm.start(written, _nothing)  # write-backs: nobody waits
+        return int(req.bytes[unit]), miss
+
+    def _load(self, phase: str, cta: int, unit: int, sm: int):
+        """Issue the loads of one unit; returns the event of their arrival (or None)."""
+        moved = self._access(phase, LOAD, cta, unit)
+        if moved is None:
+            return None
+        total, miss = moved
+        arrived = self.env.event()
+        latency = self.hw.hbm_latency_s if miss else self.hw.l2_latency_s
+        parts = [3 if miss else 2]
+
+        def part_done() -> None:
+            parts[0] -= 1
+            if not parts[0]:
+                _succeed_after(self.env, arrived, latency)
+
+        self.l2.start(total, part_done)
+        self.ports[sm].start(total, part_done)
+        if miss:
+            self.hbm.start(miss, part_done)
+        return arrived
+
+    def _store(self, phase: str, cta: int, unit: int, sm: int, pending: list) -> None:
+        moved = self._access(phase, STORE, cta, unit)
+        if moved is None:
+            return
+        pending[0] += 1
+        parts = [2]
+
+        def accepted() -> None:
+            parts[0] -= 1
+            if parts[0]:
+                return
+            pending[0] -= 1
+            if not pending[0] and pending[1] is not None:
+                pending[1].succeed()
+
+        self.l2.start(moved[0], accepted)
+        self.ports[sm].start(moved[0], accepted)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
+    """Trigger ``event`` ``delay`` seconds from now.
+
+    NOTE: sets the event's outcome and schedules it directly, as ``Event.succeed`` does but
+    with a delay, instead of chaining a ``Timeout``: one event instead of two, for
+    performance.
+    """
+    event._ok = True
+    event._value = None
+    env.schedule(event, delay=delay)
+
+
+def _segments(pool: SharedBandwidth, first: int) -> np.ndarray:
+    """The pool's busy periods since log entry ``first`` as (start, end, bytes/s) rows."""
+    log = pool.busy_log[first:]
+    if not log:
+        return np.zeros((0, 3))
+    rows = np.array(log, dtype=np.float64)
+    return np.column_stack([rows, np.full(len(log), pool.rate)])

@@ -1,0 +1,89 @@
+"""What a simulation records about each kernel launch, whichever engine ran it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simulator.sim.l2 import HIT, MISS, WRITE, WRITEBACK
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (``events``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+
+@dataclass
+class KernelRun:
+    """One kernel launch as simulated.
+
+    Times are seconds from the start of the run. ``tensor_bytes[t]`` holds the L2 traffic
+    of tensor ``t`` during this kernel: load bytes that hit, load bytes that missed (read
+    from DRAM), bytes stored, and bytes written back to DRAM (evictions during the kernel
+    and the flush at its end). ``*_segments`` are ``(start, end, bytes/s)`` rows of the
+    bandwidth each level delivered, for timelines.
+    """
+
+    name: str
+    launch_s: float  # the launch begins (the launch overhead runs first)
+    start_s: float  # the first CTA starts
+    end_s: float  # the last CTA retired and the dirty data is written back
+    ctas_per_sm: int
+    slots: int  # CTAs resident at once on the whole GPU
+    sram_bytes_per_cta: int
+    cta_start: np.ndarray
+    cta_end: np.ndarray
+    cta_slot: np.ndarray  # slot s is on SM s % sm_count
+    tensor_bytes: np.ndarray  # [tensors, 4]: HIT, MISS, WRITE, WRITEBACK
+    flush_bytes: int
+    events: int  # discrete events the engine processed
+    tile_accesses: int  # tile loads and stores looked up in L2
+    hbm_segments: np.ndarray
+    l2_segments: np.ndarray
+    mode: str  # "full" or "aggregated"
+    unit_s: np.ndarray  # [3] busy seconds of tensor cores, exp units, FP32 ALUs (all SMs)
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.launch_s
+
+    @property
+    def dram_read(self) -> int:
+        return int(self.tensor_bytes[:, MISS].sum())
+
+    @property
+    def dram_write(self) -> int:
+        return int(self.tensor_bytes[:, WRITEBACK].sum())
+
+    @property
+    def l2_hit(self) -> int:
+        return int(self.tensor_bytes[:, HIT].sum())
+
+    @property
+    def global_write(self) -> int:
+        return int(self.tensor_bytes[:, WRITE].sum())
+
+    def sram_peak_per_sm(self, sm_count: int) -> int:
+        """Most shared memory in use on one SM at any time, from the CTA placements."""
+        if self.cta_start.size == 0:
+            return 0
+        sms = self.cta_slot % sm_count
+        times = np.concatenate([self.cta_start, self.cta_end])
+        delta = np.concatenate([np.ones_like(sms), -np.ones_like(sms)])
+        where = np.concatenate([sms, sms])
+        # Ends sort before starts at equal times: a slot freed and refilled at once.
+        order = np.lexsort((delta, times, where))
+        running = np.cumsum(delta[order])
+        starts = np.flatnonzero(np.diff(where[order], prepend=-1))
+        base = np.repeat(running[starts] - delta[order][starts],
+                         np.diff(np.append(starts, order.size)))
+        return int((running - base).max()) * self.sram_bytes_per_cta

@@ -1,0 +1,113 @@
+"""From a simulation to the prediction JSON: times, DRAM bytes, achieved rates, the bound.
+
+What bounds a kernel is read off the simulation, not guessed: over the kernel's simulated
+time (launch overhead included) each resource's *utilization* is the work it did divided by
+what it could have done at its achievable rate —
+
+- ``hbm``: DRAM bytes / (effective HBM bandwidth x time);
+- ``l2``: global bytes / (effective L2 bandwidth x time);
+- ``tensor``, ``exp``, ``fp32``: busy seconds of that unit summed over SMs / (SMs x time);
+
+the bound is the most utilized resource if it is at least ``BOUND_UTILIZATION`` busy.
+Otherwise nothing is saturated and the kernel waits: on too few resident CTAs if the SMs'
+CTA slots are occupied less than ``BOUND_UTILIZATION`` of the time (``occupancy``: small
+grid, tail, or launch overhead), else on memory latency (``latency``). The prediction's
+overall bound is the kernels' bound weighted by their time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.sim import Simulation
+from simulator.sim.l2 import MISS, WRITEBACK
+from simulator.sim.record import KernelRun
+
+BOUND_UTILIZATION = 0.5
+
+
+def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float]:
+    hw, t = sim.hardware, run.time_s
+    busy = run.unit_s / (hw.sm_count * t)
+    dram = run.dram_read + run.dram_write
+    moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
+    slot_time = float((run.cta_end - run.cta_start).sum())
+    return {
+        "hbm": dram / (hw.hbm_effective_bytes_per_s * t),
+        "l2": moved / (hw.l2_effective_bytes_per_s * t),
+        "tensor": float(busy[0]),
+        "exp": float(busy[1]),
+        "fp32": float(busy[2]),
+        "sm_slots": slot_time / (hw.sm_count * run.ctas_per_sm * t),
+    }
+
+
+def bound_of(util: dict[str, float]) -> str:
+    resources = {k: v for k, v in util.items() if k != "sm_slots"}
+    name = max(resources, key=lambda k: resources[k])
+    if resources[name] >= BOUND_UTILIZATION:
+        return name
+    return "occupancy" if util["sm_slots"] < BOUND_UTILIZATION else "latency"
+
+
+def fill_prediction(sim: Simulation) -> dict:
+    """The counts of ``count_prediction`` plus everything the simulation measured."""
+    from simulator.prediction import count_prediction
+
+    pred = count_prediction(sim.problem, sim.tiling, sim.schedule, sim.hardware)
+    votes: dict[str, float] = {}
+    per_tensor = np.zeros((len(sim.tensor_names), 2), dtype=np.int64)
+    for entry, run in zip(pred["kernels"], sim.runs, strict=True):
+        t = run.time_s
+        util = utilization(run, sim, entry)
+        bound = bound_of(util)
+        votes[bound] = votes.get(bound, 0.0) + t
+        per_tensor += run.tensor_bytes[:, [MISS, WRITEBACK]]
+        moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
+        entry["time_s"] = t
+        entry["bytes"]["dram_read"] = run.dram_read
+        entry["bytes"]["dram_write"] = run.dram_write
+        entry["achieved"] = {
+            "hbm_bytes_per_s": (run.dram_read + run.dram_write) / t,
+            "l2_bytes_per_s": moved / t,
+            "tflops": entry["flops"]["tensor"] / t / 1e12,
+        }
+        entry["bound"] = bound
+        entry["utilization"] = {k: round(v, 6) for k, v in util.items()}
+        entry["occupancy"] = {
+            "ctas_per_sm": run.ctas_per_sm,
+            "limited_by": entry.get("residency_limited_by"),
+            "resident_ctas": run.slots,
+            "waves": entry["grid"] / (sim.hardware.sm_count * run.ctas_per_sm),
+            "sram_peak_per_sm_bytes": run.sram_peak_per_sm(sim.hardware.sm_count),
+        }
+        entry["launch_s"] = run.launch_s
+    total = sim.time_s
+    b = pred["bytes"]
+    b["dram_read"] = int(per_tensor[:, 0].sum())
+    b["dram_write"] = int(per_tensor[:, 1].sum())
+    for i, name in enumerate(sim.tensor_names):
+        pred["per_tensor"][name]["dram_read"] = int(per_tensor[i, 0])
+        pred["per_tensor"][name]["dram_write"] = int(per_tensor[i, 1])
+    pred["time_s"] = total
+    pred["bound"] = max(votes, key=lambda k: votes[k])
+    pred["achieved"] = {
+        "hbm_bytes_per_s": (b["dram_read"] + b["dram_write"]) / total,
+        "l2_bytes_per_s": (b["global_read"] + b["global_write"]) / total,
+        "tflops": pred["flops"]["tensor"] / total / 1e12,
+        "convention_tflops": pred["flops"]["convention"] / total / 1e12,
+    }
+    hits = sum(r.l2_hit for r in sim.runs)
+    tiles = sum(r.tile_accesses for r in sim.runs)
+    pred["simulation"] = {
+        "mode": sim.mode,
+        "events": sim.events,
+        "tile_accesses": tiles,
+        "wall_s": round(sim.wall_s, 4),
+        "events_per_s": sim.events / sim.wall_s if sim.wall_s > 0 else None,
+        "tile_accesses_per_s": tiles / sim.wall_s if sim.wall_s > 0 else None,
+        "l2_load_hit_rate": hits / b["global_read"] if b["global_read"] else None,
+        "sram_peak_per_sm_bytes": max(r.sram_peak_per_sm(sim.hardware.sm_count)
+                                      for r in sim.runs),
+    }
+    return pred

@@ -1,0 +1,125 @@
+"""``tilesim simulate``: the summary, the JSON contract, the timeline file, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.sim import timeline
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--batch", "1", "--heads", "4", "--seq", "512", "--head-dim", "64"]
+
+
+def _json(capsys, argv) -> dict:
+    assert main(["simulate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_fills_every_timed_field(capsys):
+    pred = _json(capsys, SMALL + ["--causal"])
+    assert pred["schema"] == "tilesim.prediction/1"
+    assert pred["time_s"] > 0 and pred["bound"] in (
+        "hbm", "l2", "tensor", "exp", "fp32", "latency", "occupancy")
+    b = pred["bytes"]
+    assert 0 < b["dram_read"] <= b["global_read"] and 0 < b["dram_write"] <= b["global_write"]
+    assert sum(t["dram_read"] for t in pred["per_tensor"].values()) == b["dram_read"]
+    for k in pred["kernels"]:
+        assert k["time_s"] > 0 and k["bound"] and k["occupancy"]["ctas_per_sm"] > 0
+        assert set(k["achieved"]) == {"hbm_bytes_per_s", "l2_bytes_per_s", "tflops"}
+    assert pred["achieved"]["convention_tflops"] == pytest.approx(
+        pred["flops"]["convention"] / pred["time_s"] / 1e12)
+    assert pred["simulation"]["mode"] in ("full", "aggregated")
+    assert pred["simulation"]["events"] > 0
+
+
+def test_modes_agree_on_counts(capsys):
+    full = _json(capsys, SMALL + ["--mode", "full"])
+    fast = _json(capsys, SMALL + ["--mode", "aggregated"])
+    assert full["bytes"]["global_read"] == fast["bytes"]["global_read"]
+    assert fast["time_s"] == pytest.approx(full["time_s"], rel=0.1)
+
+
+def test_summary_tables(capsys):
+    assert main(["simulate", *SMALL, "--schedule", "naive"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("naive_qk", "naive_softmax", "DRAM read", "simulated timing", "TFLOP/s",
+                   "bound"):
+        assert needle in out
+
+
+def test_refused_tiling_exits_2_while_count_answers(capsys):
+    argv = SMALL + ["--head-dim", "256", "--block-m", "256", "--block-n", "256",
+                    "--stages", "4"]
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err and "shared memory" in err
+    assert main(["count", *argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["legal"] is False
+
+
+def _check_trace(trace: dict) -> dict:
+    slices = defaultdict(list)
+    counters = set()
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+            slices[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+        elif e["ph"] == "C":
+            counters.add(e["name"])
+    for spans in slices.values():  # slices on one track must not overlap
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert start >= end - 1e-6
+    assert counters == {"HBM GB/s", "L2 GB/s", "SRAM in use"}
+    return slices
+
+
+def test_timeline_is_a_valid_chrome_trace(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    assert main(["simulate", *SMALL, "--pass", "fwd+bwd", "--timeline", str(path)]) == 0
+    assert "timeline written" in capsys.readouterr().out
+    trace = json.loads(path.read_text())
+    slices = _check_trace(trace)
+    ctas = sum(len(v) for tid, v in slices.items() if tid != 0)
+    pred = _json(capsys, SMALL + ["--pass", "fwd+bwd"])
+    assert ctas == sum(k["grid"] for k in pred["kernels"])
+    assert len(slices[0]) == len(pred["kernels"])  # one slice per kernel launch
+    assert list(tmp_path.iterdir()) == [path]  # written atomically: no temporary left
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert "kernels" in names and "SM 000 slot 0" in names
+
+
+def test_timeline_is_capped(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(timeline, "MAX_CTA_SLICES", 6)
+    path = tmp_path / "capped.json"
+    assert main(["simulate", *SMALL, "--timeline", str(path), "--json"]) == 0
+    capsys.readouterr()
+    trace = json.loads(path.read_text())
+    _check_trace(trace)
+    ctas = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "cta"]
+    assert 0 < len(ctas) <= 6
+    assert "slices kept for SMs" in trace["otherData"]["note"]
+
+
+def test_timeline_to_missing_directory_fails_cleanly(capsys):
+    assert main(["simulate", *SMALL, "--timeline", "/nonexistent/dir/run.json"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_same_answer_in_a_fresh_process():
+    cmd = [sys.executable, "-m", "simulator", "simulate", *SMALL, "--causal", "--json"]
+    outputs = []
+    for _ in range(2):
+        out = json.loads(subprocess.run(cmd, cwd=REPO, check=True, capture_output=True,
+                                        text=True).stdout)
+        for key in ("wall_s", "events_per_s", "tile_accesses_per_s"):
+            out["simulation"].pop(key)
+        outputs.append(out)
+    assert outputs[0] == outputs[1]

@@ -1,0 +1,86 @@
+"""Programs as arrays: the period compression is exact, and the totals are the counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.counting import closed_form
+from simulator.hardware import load_hardware
+from simulator.sim.compute import sm_rates
+from simulator.sim.program import find_period, kernel_program, schedule_programs
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule
+from traces.schedules.base import LOAD, STORE
+from traces.tiling import Tiling
+
+HW = load_hardware("h100-sxm5")
+
+CASES = [
+    ("fa2", AttentionProblem(2, 4, 300, 64, kv_heads=2, causal=True, pass_="fwd+bwd"),
+     Tiling(64, 32)),
+    ("fa2", AttentionProblem(1, 3, 200, 32, seq_kv=333), Tiling(32, 64, 3)),
+    ("naive", AttentionProblem(1, 4, 130, 64, kv_heads=2, causal=True, pass_="fwd+bwd"),
+     Tiling(32, 32)),
+    ("fa1", AttentionProblem(2, 2, 150, 64, causal=True), Tiling(32, 32)),
+    ("decode", AttentionProblem(2, 8, 3, 64, seq_kv=700, kv_heads=2, causal=True),
+     Tiling(block_n=64, split_kv=4)),
+]
+
+
+def _expanded(prog, field):
+    """Per-CTA loop values of ``field`` for every CTA, from the period and the offsets."""
+    parts = []
+    for c in range(prog.grid):
+        units = np.asarray(prog.loop_units(c), dtype=np.int64)
+        values = getattr(prog.loop, field)[:, units]
+        if field == "plane":
+            values = values + prog.plane_offset[:, [c]]
+        parts.append(values)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((0, 0))
+
+
+@pytest.mark.parametrize("name,problem,tiling", CASES)
+def test_compressed_loop_equals_full_evaluation(name, problem, tiling):
+    sched = build_schedule(problem, tiling, name)
+    for kernel in sched.kernels:
+        short = kernel_program(kernel, sched, HW)
+        full = kernel_program(kernel, sched, HW, compress=False)
+        assert full.period == kernel.grid
+        for field in ("mask", "row_block", "col_block", "nbytes", "plane"):
+            assert np.array_equal(_expanded(short, field), getattr(full.loop, field)), field
+        for total in ("load_bytes", "store_bytes", "compute_s"):
+            assert np.array_equal(short.totals()[total], full.totals()[total])
+
+
+def test_period_of_fa2_is_the_q_blocks_of_one_head():
+    p = AttentionProblem(2, 3, 1000, 64)
+    kernel = build_schedule(p, Tiling(128, 64), "fa2").kernels[0]
+    assert find_period(kernel) == 8  # ceil(1000 / 128)
+    fa1 = build_schedule(p, Tiling(64, 64), "fa1").kernels[0]
+    assert find_period(fa1) == 1
+
+
+@pytest.mark.parametrize("name,problem,tiling", CASES)
+def test_totals_are_the_closed_form_counts(name, problem, tiling):
+    sched = build_schedule(problem, tiling, name)
+    rates = sm_rates(HW, problem.dtype)
+    for prog, count in zip(schedule_programs(sched, HW), closed_form(problem, tiling, name),
+                           strict=True):
+        totals = prog.totals()
+        assert totals["load_bytes"].sum() == sum(count.reads.values())
+        assert totals["store_bytes"].sum() == sum(count.writes.values())
+        work = totals["unit_s"].sum(axis=1) * rates
+        expected = [count.tensor_flops, count.exp_ops, count.other_flops]
+        assert work == pytest.approx(expected, rel=1e-9)
+        # The busiest unit of each step bounds the step: between the largest unit's total
+        # and the sum of all units.
+        assert totals["compute_s"].sum() >= totals["unit_s"].sum(axis=1).max() * (1 - 1e-12)
+        assert totals["compute_s"].sum() <= totals["unit_s"].sum() * (1 + 1e-12)
+
+
+def test_loads_precede_stores_in_phase_tables():
+    p = AttentionProblem(1, 2, 256, 64)
+    prog = schedule_programs(build_schedule(p, Tiling(), "fa2"), HW)[0]
+    assert list(prog.pre.kind) == [LOAD] and list(prog.post.kind) == [STORE, STORE]
+    assert list(prog.loop.kind) == [LOAD, LOAD]

@@ -1,0 +1,94 @@
+"""``tilesim sweep``: enumeration, legality, parallel runs, ranking, plot, JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.cli.sweep_cmd import BLOCKS, STAGES, WARPS, candidate_tilings, legal_tilings
+from simulator.hardware import load_hardware
+from traces.problem import AttentionProblem
+
+SMALL = ["--batch", "1", "--heads", "4", "--seq", "1024", "--head-dim", "128"]
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(schedule="fa2", block_m=BLOCKS, block_n=BLOCKS, stages=STAGES, warps=WARPS,
+                split_kv=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_default_enumeration_and_legality():
+    problem = AttentionProblem(1, 4, 1024, 128)
+    tilings = candidate_tilings(_args(), problem)
+    assert len(tilings) == 5 * 5 * 5 * 2
+    legal, refused = legal_tilings(problem, "fa2", load_hardware("h100-sxm5"), tilings)
+    assert refused == {"does not fit on the GPU": len(tilings) - len(legal)}
+    # BM=256, BN=256, 5 stages: 64 KiB of Q + 5 x 128 KiB of K/V cannot fit in 227 KiB.
+    assert all(not (t.block_m == 256 and t.block_n == 256 and t.num_stages == 5)
+               for t in legal)
+    assert len(legal) >= 48
+
+
+def test_decode_varies_split_kv_not_block_m():
+    problem = AttentionProblem(1, 8, 1, 128, seq_kv=4096, kv_heads=2)
+    tilings = candidate_tilings(_args(schedule="decode", block_n=(64,), stages=(2,),
+                                      warps=(4,)), problem)
+    assert {t.split_kv for t in tilings} == {1, 2, 4, 8, 16, 32, 64}
+    assert {t.block_m for t in tilings} == {128}
+
+
+def test_sweep_ranks_by_time(capsys):
+    argv = ["sweep", *SMALL, "--block-m", "64,128", "--block-n", "32,64", "--stages", "1,2",
+            "--warps", "4", "--jobs", "2", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "tilesim.sweep/1" and out["candidates"] == 8
+    times = [r["time_s"] for r in out["results"]]
+    assert len(times) == 8 and times == sorted(times)
+    assert all(r["legal"] and r["schema"] == "tilesim.prediction/1" for r in out["results"])
+    # The same tiling simulated alone gives the same answer as in the parallel sweep.
+    best = out["results"][0]["tiling"]
+    assert main(["simulate", *SMALL, "--block-m", str(best["block_m"]), "--block-n",
+                 str(best["block_n"]), "--stages", str(best["num_stages"]), "--warps", "4",
+                 "--mode", out["mode"], "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["time_s"] == out["results"][0]["time_s"]
+
+
+def test_table_and_heatmap(tmp_path, capsys):
+    plot = tmp_path / "sweep.png"
+    argv = ["sweep", *SMALL, "--block-m", "64,128", "--block-n", "64,128", "--stages", "2",
+            "--warps", "4", "--jobs", "1", "--plot", str(plot)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "best" in out and "legal tilings of 4" in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(tmp_path.iterdir()) == [plot]
+
+
+def test_decode_sweep_runs(capsys):
+    argv = ["sweep", "--schedule", "decode", "--batch", "1", "--heads", "8", "--kv-heads", "2",
+            "--seq", "1", "--kv-seq", "2048", "--block-n", "64", "--stages", "2", "--warps",
+            "4", "--split-kv", "1,4,16", "--jobs", "1", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(r["tiling"]["split_kv"] for r in out["results"]) == [1, 4, 16]
+
+
+def test_nothing_legal_exits_2(capsys):
+    argv = ["sweep", *SMALL, "--head-dim", "256", "--block-m", "256", "--block-n", "256",
+            "--stages", "5", "--jobs", "1"]
+    assert main(argv) == 2
+    assert "no legal tiling" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["64,x", ""])
+def test_bad_list_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--block-m", bad])
+    assert exc.value.code == 2
