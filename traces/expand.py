@@ -87,6 +87,14 @@ def _emit(out, pos, cta, phase, t, values, masks, meta, u):  # pragma: no cover 
         r.tensor = meta[k, _TENSOR]
         a, b, c = values[k, 0, u], values[k, 1, u], values[k, 2, u]
         if meta[k, _KIND] == COMPUTE:
+            r.plane = 0
+            r.row_block = 0
+            r.col_block = 0
+            r.rows = 0
+            r.row_bytes = 0
+            r.row_stride = 0
+            r.address = 0
+            r.bytes = 0
             r.tensor_flops = a
             r.exp_ops = b
             r.other_flops = c
@@ -103,6 +111,9 @@ def _emit(out, pos, cta, phase, t, values, masks, meta, u):  # pragma: no cover 
             r.row_stride = cols * elem
             r.address = meta[k, _BASE] + ((a * rows + b * tile_rows) * cols + c * tile_cols) * elem
             r.bytes = vrows * vcols * elem
+            r.tensor_flops = 0
+            r.exp_ops = 0
+            r.other_flops = 0
         pos += 1
     return pos
 
@@ -131,7 +142,7 @@ def expand_kernel(kernel: Kernel, tensor_ids: dict[str, int]) -> np.ndarray:
     loop = _evaluate(kernel.loop, kernel.loop_context(), ids, kernel.tensors)
     post = _evaluate(kernel.post, kernel.cta_context(), ids, kernel.tensors)
     total = int(pre[1].sum() + loop[1].sum() + post[1].sum())
-    out = np.zeros(total, dtype=RECORD_DTYPE)
+    out = np.empty(total, dtype=RECORD_DTYPE)  # every field of every record is written
     written = _assemble(out, kernel.loop_count.astype(np.int64), pre, loop, post)
     assert written == total
     return out
