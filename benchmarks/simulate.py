@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from simulator.hardware import load_hardware  # noqa: E402
-from simulator.sim import simulate  # noqa: E402
+from simulator.sim import run  # noqa: E402
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
 
@@ -52,13 +52,13 @@ def cli(argv: list[str], repeats: int) -> tuple[float, dict | None]:
 
 
 def scaling(hw) -> list[tuple[int, str, float, int, int]]:
-    """In-process simulate() wall time for causal fa2 fwd, B=1 H=32 d=128, N = 1k..128k."""
+    """In-process wall time of the simulation for causal fa2 fwd, B=1 H=32 d=128, N = 1k..128k."""
     for mode in ("full", "aggregated"):  # load the compiled code once
-        simulate(AttentionProblem(1, 2, 256, 128), Tiling(), "fa2", hw, mode)
+        run(AttentionProblem(1, 2, 256, 128), Tiling(), "fa2", hw, mode)
     rows = []
     for n in (1024 * 2 ** k for k in range(8)):
         start = time.perf_counter()
-        sim = simulate(AttentionProblem(1, 32, n, 128, causal=True), Tiling(), "fa2", hw)
+        sim = run(AttentionProblem(1, 32, n, 128, causal=True), Tiling(), "fa2", hw)
         wall = time.perf_counter() - start
         rows.append((n, sim.mode, wall, sim.events, sum(r.tile_accesses for r in sim.runs)))
     return rows
@@ -99,7 +99,7 @@ def main() -> None:
     wall = np.array([r[2] for r in table])
     slope = np.polyfit(np.log(n), np.log(wall), 1)[0]
     top = np.polyfit(np.log(n[-3:]), np.log(wall[-3:]), 1)[0]
-    print("\nWall time of `simulate()` (in process, compiled code loaded) for causal fa2 "
+    print("\nWall time of `simulator.sim.run()` (in process, compiled code loaded) for causal fa2 "
           "fwd, B=1 H=32 d=128:\n")
     print("| N | engine | wall | events | events/s | tiles through L2 | tiles/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -18,10 +18,12 @@ from simulator.hardware import load_hardware
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 
-# A small problem keeps the page fast; the tiling and blocks are spelled out so that the
-# commands run below see exactly what the report saw.
-PROBLEM = ["--hardware", "h100-sxm5", "--batch", "1", "--heads", "8", "--seq", "2048",
-           "--head-dim", "128", "--dtype", "bf16"]
+# A small problem keeps the page fast (every number is a simulation, naive attention the
+# slow one); the tiling and blocks are spelled out so that the commands run below see exactly
+# what the report saw.
+H, N, D = 2, 1024, 64
+PROBLEM = ["--hardware", "h100-sxm5", "--batch", "1", "--heads", str(H), "--seq", str(N),
+           "--head-dim", str(D), "--dtype", "bf16"]
 TILING = ["--block-m", "128", "--block-n", "64"]
 CHART_IDS = ["chart-roofline", "chart-time", "chart-bytes", "chart-heatmap", "chart-timeline",
              "chart-bill", "chart-ledger", "chart-fit-time", "chart-fit-dram"]
@@ -29,15 +31,8 @@ SECTIONS = ["overview", "roofline", "compare", "sweep", "timeline", "bill", "led
 
 
 def commands() -> list[str]:
-    """Our subcommands and the ones we compare with (those of others once they exist)."""
-    names = ["report", "roofline", "bill", "ledger", "count"]
-    for other in ("simulate", "reconcile"):
-        try:
-            __import__(f"simulator.cli.{other}_cmd")
-        except ImportError:
-            continue
-        names.append(other)
-    return names
+    """Our subcommands and the ones we compare with."""
+    return ["report", "roofline", "bill", "ledger", "count", "simulate", "reconcile"]
 
 
 def tilesim(argv: list[str]) -> tuple[int, str]:
@@ -65,7 +60,7 @@ def synthetic_record(i: int, schedule: str, block_m: int, block_n: int, time_s: 
         "schema": "tilesim.record/1", "record_id": f"synthetic-{i}", "synthetic": True,
         "kernel": f"{schedule}_fwd", "implementation": "triton", "schedule": schedule,
         "environment": {"gpu_name": "NVIDIA H100 80GB HBM3"},
-        "problem": {"batch": 1, "heads": 8, "seq_q": 2048, "head_dim": 128, "dtype": "bf16"},
+        "problem": {"batch": 1, "heads": H, "seq_q": N, "head_dim": D, "dtype": "bf16"},
         "tiling": {"block_m": block_m, "block_n": block_n, "num_stages": 2, "num_warps": 4,
                    "split_kv": 1},
         "timing": {"median_s": time_s, "p20_s": time_s * 0.98, "p80_s": time_s * 1.03},
@@ -150,8 +145,8 @@ def test_sections_equal_the_commands_json(page):
     assert data["roofline"] == tilesim_json(["roofline", *PROBLEM, *TILING])
     b = data["bill"]
     seqs = ",".join(str(r["seq"]) for r in b["rows"])
-    assert b == tilesim_json(["bill", "--seq", seqs, "--head-dim", "128", "--dtype", "bf16"])
-    assert 2048 in [r["seq"] for r in b["rows"]]
+    assert b == tilesim_json(["bill", "--seq", seqs, "--head-dim", str(D), "--dtype", "bf16"])
+    assert N in [r["seq"] for r in b["rows"]]
     assert data["ledger"] == tilesim_json(["ledger", "--seq", "64", "--tile", "16", "--seed",
                                            "0"])
     for schedule in ("naive", "fa2"):
@@ -161,10 +156,13 @@ def test_sections_equal_the_commands_json(page):
             assert shown["bytes"][key] == counted["bytes"][key]
             assert data["compare"][schedule]["bytes"][key] == counted["bytes"][key]
         assert shown["flops"] == counted["flops"]
-        if "simulate" in commands():
-            simulated = tilesim_json(["simulate", *PROBLEM, *TILING, "--schedule", schedule])
-            assert data["compare"][schedule]["time_s"] == simulated["time_s"]
-            assert shown["bytes"] == simulated["bytes"]
+        # One model throughout: the page's times and DRAM bytes are the simulator's.
+        simulated = tilesim_json(["simulate", *PROBLEM, *TILING, "--schedule", schedule])
+        assert data["compare"][schedule]["time_s"] == shown["time_s"] == simulated["time_s"]
+        assert shown["bytes"] == simulated["bytes"]
+        assert shown["kernels"] == simulated["kernels"]
+        assert shown["model"] == {"source": "simulator",
+                                  "note": "SimPy timing simulator with L2 model"}
 
 
 def test_compare_and_sweep_numbers(page):
@@ -172,7 +170,7 @@ def test_compare_and_sweep_numbers(page):
     cmp = data["compare"]
     assert cmp["speedup"] == cmp["naive"]["time_s"] / cmp["fa2"]["time_s"] > 1
     # Naive holds S and P (N x N each, per head) in HBM; FA2 only Q, K, V, O and the LSE.
-    n, h, d, s = 2048, 8, 128, 2
+    n, h, d, s = N, H, D, 2
     assert cmp["naive"]["hbm_footprint_bytes"] >= 2 * h * n * n * s
     assert cmp["fa2"]["hbm_footprint_bytes"] == 4 * h * n * d * s + h * n * 4
     sweep = data["sweep"]
@@ -184,6 +182,10 @@ def test_compare_and_sweep_numbers(page):
         sweep["best"]["block_m"], sweep["best"]["block_n"])
     n_ctas = sum(len(s["sm"]) for s in tl["slices"])
     assert n_ctas == sum(k["grid"] for k in tl["kernels"])
+    # The timeline is the simulation of the best tiling: the same run the sweep timed.
+    assert tl["time_s"] == sweep["best"]["time_s"]
+    assert tl["time_s"] == pytest.approx(sum(k["time_s"] for k in tl["kernels"]), rel=1e-12)
+    assert all(0 <= sm < tl["sm_count"] for s in tl["slices"] for sm in s["sm"])
     for s in tl["slices"]:  # no CTA before its kernel starts or after the run ends
         k = tl["kernels"][s["kernel"]]
         assert min(s["start_s"]) >= k["start_s"]
@@ -198,7 +200,7 @@ def test_records_against_the_model(page):
     assert rec["synthetic"] is True and rec["hardware"] == ["h100-sxm5"]
     assert len(rec["line_errors"]) == 1 and ":5:" in rec["line_errors"][0]
     hw = load_hardware("h100-sxm5")
-    problem = AttentionProblem(batch=1, heads=8, seq_q=2048, head_dim=128)
+    problem = AttentionProblem(batch=1, heads=H, seq_q=N, head_dim=D)
     measured = [(9.0e-5, 3.0e7 * 9 / 8), (1.2e-4, 4.0e7 * 9 / 8), (4.0e-4, 6.0e8 * 9 / 8)]
     tilings = [("fa2", 128, 64), ("fa2", 64, 64), ("naive", 128, 64)]
     errs = []
@@ -214,8 +216,6 @@ def test_records_against_the_model(page):
 
 
 def test_records_match_tilesim_reconcile(page):
-    if "reconcile" not in commands():
-        pytest.skip("tilesim reconcile is not built yet")
     rec = page["data"]["records"]
     reconciled = tilesim_json(["reconcile", str(page["path"].parent / "synthetic.jsonl")])
     by_id = {r["record_id"]: r for r in reconciled["rows"]}
@@ -224,21 +224,23 @@ def test_records_match_tilesim_reconcile(page):
         theirs = by_id[row["record_id"]]
         assert row["measured_time_s"] == theirs["measured"]["time"]
         assert row["measured_dram_bytes"] == theirs["measured"]["dram"]
-        if page["data"]["model"]["source"] == model.SIMULATOR:  # one model on both sides
-            assert row["predicted_time_s"] == theirs["predicted"]["time"]
-            assert row["predicted_dram_bytes"] == theirs["predicted"]["dram"]
+        # One model on both sides: the simulator.
+        assert row["predicted_time_s"] == theirs["predicted"]["time"]
+        assert row["predicted_dram_bytes"] == theirs["predicted"]["dram"]
 
 
 def test_default_problem_is_fast_and_atomic(tmp_path):
     start = time.perf_counter()
     code, out = tilesim(["report", "--out", str(tmp_path / "r.html")])
     assert code == 0 and out.strip() == f"wrote {tmp_path / 'r.html'}"
-    assert time.perf_counter() - start < 10
+    # The default problem (B=1 H=32 N=4096 d=128) is simulated, naive included: ~10 s here.
+    assert time.perf_counter() - start < 60
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary file left
 
 
 def test_no_records_section_says_how(tmp_path):
-    code, out = tilesim(["report", "--heads", "4", "--seq", "1024", "--sweep-blocks", "64,128",
+    code, out = tilesim(["report", "--heads", "2", "--seq", "1024", "--head-dim", "64",
+                         "--sweep-blocks", "64,128",
                          "--out", str(tmp_path / "r.html"), "--json"])
     assert code == 0
     data = json.loads(out)
@@ -268,28 +270,6 @@ def test_bad_input_exit_2_one_line(argv, tmp_path, capsys):
     assert code == 2 and out == ""
     assert err.startswith("tilesim: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "r.html").exists()
-
-
-def test_timeline_from_chrome_trace_events():
-    """The simulator's timeline (Chrome trace events) becomes SM lanes and kernels."""
-    meta = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": t, "args": {"name": n}}
-            for t, n in ((10, "SM 0"), (11, "SM 1"), (99, "HBM bandwidth"))]
-    ctas = [  # (tid, ts us, dur us, kernel)
-        (10, 0.0, 4.0, "fa2_fwd"), (10, 1.0, 4.0, "fa2_fwd"), (10, 4.0, 2.0, "fa2_fwd"),
-        (11, 0.5, 3.0, "fa2_fwd"), (11, 8.0, 1.0, "fa2_bwd"),
-    ]
-    events = meta + [{"ph": "X", "pid": 1, "tid": t, "ts": ts, "dur": dur, "name": "cta",
-                      "args": {"kernel": k}} for t, ts, dur, k in ctas]
-    events.append({"ph": "X", "pid": 1, "tid": 99, "ts": 0.0, "dur": 9.0, "name": "busy"})
-    kernels, slices = model.slices_from_chrome_trace(events)
-    assert [k["name"] for k in kernels] == ["fa2_fwd", "fa2_bwd"]
-    assert [k["grid"] for k in kernels] == [4, 1]
-    fwd = slices[0]
-    assert fwd["sm"] == [0, 1, 0, 0]  # sorted by start time
-    assert fwd["lane"] == [0, 0, 1, 0]  # the second CTA on SM 0 overlaps the first
-    assert kernels[0]["ctas_per_sm"] == 2
-    assert kernels[0]["start_s"] == 0.0 and kernels[0]["time_s"] == pytest.approx(6e-6)
-    assert slices[1]["start_s"] == [8e-6] and slices[1]["dur_s"] == [1e-6]
 
 
 def test_timeline_from_kernel_runs():

@@ -100,7 +100,7 @@ def test_every_chart_is_painted(browser):
 
 
 def test_numbers_shown_are_the_commands_json(browser):
-    from test_report import PROBLEM, TILING, tilesim_json
+    from test_report import PROBLEM, TILING, D, tilesim_json
 
     data = browser.execute_script(
         "return JSON.parse(document.getElementById('tilesim-data').textContent);")
@@ -115,7 +115,7 @@ def test_numbers_shown_are_the_commands_json(browser):
         "roofline": tilesim_json(["roofline", *PROBLEM, *TILING]),
         "bill": tilesim_json(["bill", "--seq", ",".join(str(r["seq"])
                                                          for r in data["bill"]["rows"]),
-                              "--head-dim", "128", "--dtype", "bf16"]),
+                              "--head-dim", str(D), "--dtype", "bf16"]),
         "ledger": tilesim_json(["ledger", "--seq", "64", "--tile", "16", "--seed", "0"]),
     }
     shown = 0

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from simulator.hardware import load_hardware
-from simulator.sim import simulate
+from simulator.sim import run
 from simulator.sim.fluid import ERROR_BOUND
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
@@ -42,8 +42,8 @@ MATRIX = {
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_aggregated_within_bound_of_full(case):
     name, problem, tiling, hw = MATRIX[case]
-    full = simulate(problem, tiling, name, hw, "full")
-    fast = simulate(problem, tiling, name, hw, "aggregated")
+    full = run(problem, tiling, name, hw, "full")
+    fast = run(problem, tiling, name, hw, "aggregated")
     for a, b in zip(full.runs, fast.runs, strict=True):
         assert b.time_s == pytest.approx(a.time_s, rel=ERROR_BOUND["time"]), a.name
         dram_full, dram_fast = a.dram_read + a.dram_write, b.dram_read + b.dram_write

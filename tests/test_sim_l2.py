@@ -119,3 +119,4 @@ def test_snapshot_and_restore():
     cache.restore(saved)
     again = cache.access(_tiles(np.arange(5), np.zeros(5, dtype=bool)))
     assert again[:, 0].sum() == 5 * 32
+

@@ -27,7 +27,7 @@ def test_default_enumeration_and_legality():
     tilings = candidate_tilings(_args(), problem)
     assert len(tilings) == 5 * 5 * 5 * 2
     legal, refused = legal_tilings(problem, "fa2", load_hardware("h100-sxm5"), tilings)
-    assert refused == {"does not fit on the GPU": len(tilings) - len(legal)}
+    assert refused == {"do not fit on the GPU": len(tilings) - len(legal)}
     # BM=256, BN=256, 5 stages: 64 KiB of Q + 5 x 128 KiB of K/V cannot fit in 227 KiB.
     assert all(not (t.block_m == 256 and t.block_n == 256 and t.num_stages == 5)
                for t in legal)

@@ -13,7 +13,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Attainable FLOP/s = min(peak, intensity x HBM bandwidth) for the dtype's "
         "tensor-core peak; ridge point = peak / bandwidth; the exp unit's ceiling in "
         "FLOP-equivalents; every kernel of the naive and FA2 schedules at its arithmetic "
-        "intensity (FLOPs per DRAM byte from the model) and the utilisation it can reach.",
+        "intensity (FLOPs per DRAM byte from the timing simulator) and the utilisation it can "
+        "reach.",
     )
     add_hardware_arg(p)
     add_problem_args(p, schedule=False)

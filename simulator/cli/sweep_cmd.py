@@ -92,11 +92,21 @@ def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
         try:
             check_fits(build_schedule(problem, tiling, schedule), hw)
         except ProblemError as exc:
-            reason = "does not fit on the GPU" if "does not fit" in str(exc) else str(exc)
+            reason = _reason(str(exc))
             refused[reason] = refused.get(reason, 0) + 1
             continue
         legal.append(tiling)
     return legal, refused
+
+
+def _reason(message: str) -> str:
+    """One line per kind of refusal, not per tiling."""
+    for needle, reason in (("does not fit", "do not fit on the GPU"),
+                           ("exceeds", "have split_kv above the K/V block count"),
+                           ("empty chunks", "have split_kv leaving empty chunks")):
+        if needle in message:
+            return reason
+    return message
 
 
 def sweep_mode(problem, schedule: str, tilings, requested: str) -> str:
@@ -127,12 +137,12 @@ def _simulate_one(job: tuple) -> dict:
 def run_sweep(problem, schedule: str, hw, tilings, mode: str, jobs: int,
               progress: bool = True) -> list[dict]:
     """Simulate ``tilings`` (in parallel when ``jobs > 1``); results ranked by time."""
-    from simulator.sim import simulate
+    from simulator.sim import run
     from simulator.sim.warmup import fast_numba_start
 
     work = [(problem, t, schedule, hw, mode) for t in tilings]
     results = []
-    bar = _progress(len(work)) if progress else None
+    bar = None
     if jobs > 1 and len(work) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -141,16 +151,20 @@ def run_sweep(problem, schedule: str, hw, tilings, mode: str, jobs: int,
         fast_numba_start()
         small = type(problem)(batch=1, heads=1, seq_q=256, head_dim=problem.head_dim,
                               dtype=problem.dtype)
-        simulate(small, tilings[0].__class__(), "fa2", hw, "full")
-        simulate(small, tilings[0].__class__(), "fa2", hw, "aggregated")
+        run(small, tilings[0].__class__(), "fa2", hw, "full")
+        run(small, tilings[0].__class__(), "fa2", hw, "aggregated")
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = [pool.submit(_simulate_one, item) for item in work]
+            # The workers are forked by now: the progress bar's refresh thread starts after
+            # (forking a process that runs threads can leave their locks held in the child).
+            bar = _progress(len(work)) if progress else None
             for future in as_completed(futures):
                 results.append(future.result())
                 if bar:
                     bar[0].advance(bar[1])
     else:
+        bar = _progress(len(work)) if progress else None
         for item in work:
             results.append(_simulate_one(item))
             if bar:

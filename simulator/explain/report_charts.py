@@ -169,7 +169,7 @@ def heatmap_chart(sweep: dict) -> str:
     span = math.log(hi / lo) if hi > lo else 1.0
     cw, ch = 96, 62
     chart = Chart(110 + cw * len(bns) + 150, 90 + ch * len(bms),
-                  margin=(34, 150, 52, 110), title=f"{sweep['schedule']}: predicted time")
+                  margin=(34, 150, 52, 110), title=f"{sweep['schedule']}: simulated time")
     chart.scales((0, len(bns)), (0, len(bms)))
     chart.axes("block_n", "block_m", yticks=[], xticks=[], grid=False)
     for j, bn in enumerate(bns):

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from html import escape
 
 from simulator.explain import html_page, report_charts, roofline
-from simulator.explain.model import SIMULATOR
 from simulator.explain.report_charts import fmt_bytes, fmt_time
 from simulator.explain.svgplot import si
 
@@ -97,11 +96,6 @@ def overview(p: Page) -> str:
                         f'{p.num("sweep.best.block_m")}×{p.num("sweep.best.block_n")}',
                         f'block_m×block_n, {p.num("sweep.best.time_s", fmt_time)}'))
     body = f'<div class="kpis">{"".join(kpis)}</div>'
-    if d["model"]["source"] != SIMULATOR:
-        body += (f'<p class="notice"><b>Model:</b> {escape(d["model"]["note"])}. Times are '
-                 "lower bounds and FA2's DRAM bytes include K/V re-reads an L2 would serve; "
-                 "the page switches to simulated numbers once <code>simulator.sim</code> "
-                 "is installed.</p>")
     return section("overview", "Overview",
                    f'{escape(d["problem_text"])} on {escape(d["hardware"]["display_name"])}, '
                    f'tiling {escape(_tiling(d["tiling"]))}.', body)
@@ -202,16 +196,13 @@ def sweep_section(p: Page) -> str:
                    "pan, double-click to reset. The best tiling is outlined.")
     body = f'<div class="grid2"><div>{chart}</div><div>{ranking}</div></div>'
     return section("sweep", "Tile sweep",
-                   f"Predicted FA2 time over block_m × block_n "
+                   f"Simulated FA2 time over block_m × block_n "
                    f"(stages {sw['num_stages']}, warps {sw['num_warps']}); grey cells do not "
                    "fit an SM.", body)
 
 
 def timeline_section(p: Page) -> str:
     tl = p.data["timeline"]
-    how = ("simulated" if tl["model"]["source"] == SIMULATOR else
-           "wave picture: CTAs in launch order on the first free SM slot, each lasting in "
-           "proportion to its loop iterations, scaled to the kernel's bound time")
     tones = report_charts.KERNEL_TONES
     legend = " ".join(
         f'<span class="swatch" style="background:{tones[i % len(tones)][0]}"></span>'
@@ -224,7 +215,7 @@ def timeline_section(p: Page) -> str:
                      "Hover a bar for its CTA."))
     return section("timeline", "Timeline of the best tiling",
                    f"{escape(tl['schedule'])} with {escape(_tiling(tl['tiling']))}: one row per "
-                   f"SM, a sub-row per resident CTA slot ({escape(how)}). Total "
+                   f"SM, a sub-row per resident CTA slot, as the timing simulator ran it. Total "
                    f"{p.num('timeline.time_s', fmt_time)}.", body)
 
 

@@ -9,8 +9,8 @@ What is counted:
 
 - ``W`` is all arithmetic of the kernel: tensor-core FLOPs + exps + other FLOPs (so the
   softmax kernel of naive attention, which has no tensor work, still has a place).
-- ``D`` is DRAM read + write from the model (``simulator.explain.model``: the simulator's L2
-  model when present, else global bytes, labelled as such).
+- ``D`` is DRAM read + write from the timing simulator (``simulator.explain.model``: global
+  loads and stores after its L2 model).
 - Roofs come from the preset: the tensor-core peak of the problem's dtype and the HBM
   bandwidth as datasheet numbers (the ridge point the datasheet implies) and as achievable
   numbers (times the preset's efficiencies: what the model uses).
@@ -172,8 +172,6 @@ def notes(result: dict) -> list[str]:
         f"per exp (FA2 on this problem) = {fmt_rate(c['exp_ceiling_flops_per_s'])}, {exp_vs}.",
         f"FLOPs counted: {result['flops_counted']}; bytes: DRAM read + write.",
     ]
-    if result["model"]["source"] != model.SIMULATOR:
-        lines.append(f"Model: {result['model']['note']}.")
     return lines
 
 

@@ -1,8 +1,9 @@
 """The timing simulator: a schedule's kernel launches replayed on a GPU preset with SimPy.
 
 ``simulate(problem, tiling, schedule, hw)`` runs the model of ``DESIGN.md`` level 3 and
-returns a ``Simulation`` (per-kernel ``KernelRun`` records); ``predict`` turns it into the
-``tilesim.prediction/1`` dict. Two engines implement one model:
+returns the ``tilesim.prediction/1`` dict (``timeline=True`` adds the per-launch
+``KernelRun`` records under ``"timeline"``); ``predict`` returns that dict and the
+``Simulation`` behind it; ``run`` only the ``Simulation``. Two engines implement one model:
 
 - ``full``: every tile load, store and compute step is an event (``sim.full``);
 - ``aggregated``: CTA phases are fluid jobs, every tile still goes through the L2 model
@@ -74,8 +75,8 @@ def check_fits(schedule, hw: Hardware) -> None:
         )
 
 
-def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-             mode: str = "auto") -> Simulation:
+def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+        mode: str = "auto") -> Simulation:
     """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run."""
     from simulator.sim.l2 import BlockLayout, L2Cache
     from simulator.sim.program import schedule_programs
@@ -107,5 +108,15 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     """The full ``tilesim.prediction/1`` dict, and the simulation behind it."""
     from simulator.sim.results import fill_prediction
 
-    sim = simulate(problem, tiling, schedule, hw, mode)
+    sim = run(problem, tiling, schedule, hw, mode)
     return fill_prediction(sim), sim
+
+
+def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+             mode: str = "auto", timeline: bool = False) -> dict:
+    """The full ``tilesim.prediction/1`` dict; with ``timeline`` also ``"timeline"``: the
+    ``KernelRun`` of each launch (CTA start, end and slot; not JSON — pop it first)."""
+    pred, sim = predict(problem, tiling, schedule, hw, mode)
+    if timeline:
+        pred["timeline"] = sim.runs
+    return pred

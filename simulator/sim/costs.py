@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import sm_port_bytes_per_s
-from simulator.sim.program import KernelProgram, _segment_sums
+from simulator.sim.program import KernelProgram, segment_sums
 from traces.schedules.base import LOAD, STORE
 
 FOLD = 0.05  # fold a CTA's short phases into its body below this share of it
@@ -28,7 +28,7 @@ class CtaCosts:
         count, first = prog.loop_count[: prog.period], prog.loop_first
 
         def loop(values: np.ndarray) -> np.ndarray:
-            return _segment_sums(values, first, count)[..., reps]
+            return segment_sums(values, first, count)[..., reps]
 
         self.n = prog.loop_count.astype(np.float64)
         self.pre_load = prog.pre.bytes_of(LOAD).astype(np.float64)
@@ -128,6 +128,6 @@ def _per_tensor(prog: KernelProgram, tensors: int, reps, count,
         for row in range(phase.kind.size):
             nbytes = phase.nbytes[row].astype(np.float64)
             if looped:
-                nbytes = _segment_sums(nbytes, first, count)[reps]
+                nbytes = segment_sums(nbytes, first, count)[reps]
             out[int(phase.kind[row] == STORE), phase.tensor[row]] += nbytes
     return out[0], out[1]

@@ -22,21 +22,23 @@ from the step to the CTA phase:
   ``latency + transfer + compute``); the body's path is that loop plus the epilogue. A
   step's latency is HBM's for the share of the CTA's steps that missed L2, L2's otherwise.
 - **Sharing**: between two events (a phase ending) every resident phase progresses at a
-  constant rate set by max-min fair sharing of L2, HBM and its SM (``fairshare``). A SimPy
-  process steps from event to event.
-- **L2** is the full engine's tile-level LRU, fed in time order (``stream``). Hits depend on
-  timing and timing on hits, so each kernel is timed twice: pass A (CTAs as single phases,
+  constant rate set by max-min fair sharing of L2, HBM and its SM's compute and port
+  (``fairshare``). A SimPy process steps from event to event.
+- **L2** is the full engine's tile-level LRU, fed in time order (``stream``: a CTA's loop
+  steps evenly spaced from the start of its body to its end). Hits depend on timing and
+  timing on hits, so each kernel is timed twice: pass A (CTAs as single phases,
   compulsory misses only: an infinite cache), the L2 replay in pass A's order, and pass C
   (the phases, the replayed misses). If pass C's kernel time differs from pass A's by more
   than ``REFINE_TOLERANCE`` (and the CTAs loop), the replay and pass C are repeated once in
   pass C's order.
 
-What the aggregation gives up: the order of tile accesses inside the interval of two
-events (a CTA's iterations are spread evenly over its lifetime) and the lock-step of
-identical CTAs after the first wave (the fluid spreads their bursts; the full engine keeps
-them synchronised, which delays loads that a real GPU's jitter would spread out).
-``tests/test_sim_aggregate.py`` measures the difference against the full engine on a matrix
-of schedules and tilings at moderate size and asserts ``ERROR_BOUND``.
+What the aggregation gives up: the order of tile accesses within a CTA's lifetime (its
+steps are evenly spaced, so a follower does not catch up with a leader that waits on a
+miss, as it does in the full engine, where identical CTAs also stay in lock-step after
+the first wave). ``tests/test_sim_aggregate.py`` measures the difference against the full
+engine on a matrix of schedules and tilings at moderate size and asserts ``ERROR_BOUND``
+(per kernel, time and DRAM bytes); BENCHMARKS.md lists the stress cases outside it (L2
+far smaller than the working set: causal backward, FA1, naive with one stage).
 """
 
 from __future__ import annotations

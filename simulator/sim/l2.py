@@ -38,7 +38,7 @@ from traces.schedules import Schedule
 from traces.schedules.base import Access
 
 SECTOR_BYTES = 32
-HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics
+HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics (bytes)
 _HEAD, _TAIL, _USED, _CAPACITY, _NFREE, _SHIFT, _MASK = range(7)
 # Fields of an entry, one row of 8 int64 (one CPU cache line: lookups touch one line).
 KEY, BYTES, SIZE, TENSOR, DIRTY, PREV, NEXT, SLOT = range(8)
@@ -81,6 +81,12 @@ class BlockLayout:
         return cls(rows, cols, np.array([t.elem_bytes for t in tensors], dtype=np.int64),
                    r, c, -(-rows // r), -(-cols // c), base, planes, int(per_tensor.sum()))
 
+    @property
+    def full_block_bytes(self) -> np.ndarray:
+        """Bytes a full block of each tensor occupies in the cache (whole sectors)."""
+        return _sectors(self.block_rows, np.minimum(self.block_cols, self.cols) * self.elem,
+                        self.block_cols == self.cols)
+
     def max_resident_blocks(self, capacity_bytes: int) -> int:
         """An upper bound on the blocks ``capacity_bytes`` can hold at once.
 
@@ -88,8 +94,7 @@ class BlockLayout:
         along the bottom edge (rows not a multiple of the block height) and the right edge
         of each plane, and all of those may be resident too.
         """
-        full = _sectors(self.block_rows, np.minimum(self.block_cols, self.cols) * self.elem,
-                        self.block_cols == self.cols)
+        full = self.full_block_bytes
         bottom = np.where(self.rows % self.block_rows > 0, self.col_blocks, 0)
         right = np.where(self.cols % self.block_cols > 0, self.row_blocks, 0)
         edges = int((self.planes * (bottom + right)).sum())
@@ -357,6 +362,7 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
 
 @njit(cache=True)
 def flush(state):  # pragma: no cover - numba
+    """Write back every dirty block, leaving it resident (clean)."""
     meta, table, ent, free, stats = state
     written = 0
     e = meta[_HEAD]

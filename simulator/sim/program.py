@@ -95,7 +95,7 @@ class KernelProgram:
             count, first = self.loop_count[: self.period], self.loop_first
 
             def per_cta(pick):
-                loop = _segment_sums(pick(self.loop), first, count)[..., reps]
+                loop = segment_sums(pick(self.loop), first, count)[..., reps]
                 return loop + pick(self.pre) + pick(self.post)
 
             self._totals.update(
@@ -107,7 +107,7 @@ class KernelProgram:
         return self._totals
 
 
-def _segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Sums of ``x[..., first[i] : first[i] + count[i]]`` (segments are contiguous, in order)."""
     out = np.zeros(x.shape[:-1] + (first.shape[0],), dtype=x.dtype)
     nonempty = count > 0

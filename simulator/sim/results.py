@@ -110,4 +110,15 @@ def fill_prediction(sim: Simulation) -> dict:
         "sram_peak_per_sm_bytes": max(r.sram_peak_per_sm(sim.hardware.sm_count)
                                       for r in sim.runs),
     }
-    return pred
+    return _plain(pred)
+
+
+def _plain(value):
+    """The dict with numpy scalars turned into Python ones (JSON and callers expect those)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
