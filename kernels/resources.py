@@ -3,7 +3,9 @@
 No GPU is needed: ``triton.compile`` targets sm_90 or sm_80 on the CPU, ``.metadata.shared``
 gives the shared memory a CTA allocates, and the cuobjdump that ships inside Triton's wheel
 reads the registers per thread (and local-memory spill bytes) from the cubin. These feed
-the simulator's occupancy and legality checks.
+the simulator's occupancy and legality checks. The PTX says which tensor-core instruction
+the matmuls became (asynchronous ``wgmma`` or synchronous ``mma.sync``), which sets the
+tensor-core rate the simulator uses.
 
 Compilation runs in worker processes (``python -m kernels.resources``) with the interpreter
 switched off, because kernels defined under ``TRITON_INTERPRET=1`` cannot be compiled; it
@@ -71,6 +73,8 @@ class KernelResources:
     registers: int | None
     spill_bytes: int | None
     error: str | None = None
+    wgmma_ops: int | None = None  # wgmma.mma_async instructions in the PTX
+    mma_sync_ops: int | None = None  # mma.sync instructions in the PTX
 
     @property
     def fits(self) -> bool:
@@ -176,8 +180,11 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,
                                error=(message[-1] if message else type(exc).__name__)[:200])
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
+    ptx = compiled.asm["ptx"]
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
-                           registers=registers, spill_bytes=spill)
+                           registers=registers, spill_bytes=spill,
+                           wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
+                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)))
 
 
 def _run_worker(jobs: list[dict], on_result) -> None:

@@ -20,6 +20,7 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
+ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s")  # overheads may be none
 
 
 class HardwareError(ProblemError):
@@ -38,6 +39,8 @@ class Hardware:
     display_name: str
     # Streaming multiprocessors
     sm_count: int
+    compute_capability: int  # 90 for sm_90 (Hopper): wgmma exists only there
+    sm_subpartitions: int  # processing blocks per SM, each with its own tensor core
     sm_clock_hz: float
     smem_per_sm_bytes: int
     smem_per_cta_max_bytes: int
@@ -60,11 +63,13 @@ class Hardware:
     hbm_efficiency: float
     # Compute
     tensor_flops_per_s: dict  # dtype -> dense tensor-core FLOP/s (fp32 means TF32)
-    tensor_efficiency: float
+    tensor_efficiency: float  # of the peak, for the asynchronous wgmma on sm_90
+    tensor_sync_efficiency: float  # of the peak, for synchronous mma (all before sm_90)
     fp32_flops_per_s: float
     exp_ops_per_s: float
     # Kernels
     kernel_launch_overhead_s: float
+    iteration_overhead_s: float  # fixed latency of each loop iteration of a CTA
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -87,11 +92,16 @@ class Hardware:
                         raise HardwareError(
                             f'hardware "{self.name}": tensor_flops_per_s.{dtype} must be > 0.'
                         )
+            elif f.name in ZERO_ALLOWED:
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise HardwareError(
+                        f'hardware "{self.name}": "{f.name}" must be a number >= 0.')
             elif not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be a number > 0.')
             elif f.type == "int" and not isinstance(value, int):
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
-        for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency"):
+        for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency",
+                     "tensor_sync_efficiency"):
             if getattr(self, name) > 1:
                 raise HardwareError(f'hardware "{self.name}": "{name}" must be in (0, 1].')
         if self.smem_per_cta_max_bytes > self.smem_per_sm_bytes:
@@ -108,9 +118,14 @@ class Hardware:
     def l2_effective_bytes_per_s(self) -> float:
         return self.l2_bandwidth_bytes_per_s * self.l2_efficiency
 
-    def tensor_rate(self, dtype: str) -> float:
-        """Achievable tensor-core FLOP/s for inputs of ``dtype``."""
-        return self.tensor_flops_per_s[dtype] * self.tensor_efficiency
+    def tensor_rate(self, dtype: str, async_mma: bool = True) -> float:
+        """Achievable tensor-core FLOP/s for inputs of ``dtype``.
+
+        ``async_mma``: the matmuls are Hopper's asynchronous wgmma, else synchronous mma
+        (the only kind before sm_90, where both efficiencies are the same).
+        """
+        efficiency = self.tensor_efficiency if async_mma else self.tensor_sync_efficiency
+        return self.tensor_flops_per_s[dtype] * efficiency
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

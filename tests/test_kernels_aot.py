@@ -66,6 +66,53 @@ def test_tilings_with_equal_programs_compile_once_and_report_each():
     assert calls == [1], "naive_softmax does not depend on block sizes: one compile"
 
 
+def _mma_rows_of_schedules(tiling: Tiling) -> dict[str, int]:
+    """Each kernel's ``mma_rows`` as the schedules declare it (decode: a GQA group of 4)."""
+    from traces.problem import AttentionProblem
+    from traces.schedules import build_schedule
+
+    rows = {}
+    for name, problem in (
+            ("naive", AttentionProblem(1, 2, 256, 64, pass_="fwd+bwd")),
+            ("fa2", AttentionProblem(1, 2, 256, 64, pass_="fwd+bwd")),
+            ("fa1", AttentionProblem(1, 2, 256, 64)),
+            ("decode", AttentionProblem(1, 8, 1, 64, seq_kv=256, kv_heads=2))):
+        t = Tiling(block_m=16, block_n=tiling.block_n) if name == "decode" else tiling
+        rows.update({k.name: k.mma_rows for k in build_schedule(problem, t, name).kernels})
+    return rows
+
+
+def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel):
+    """The simulator's wgmma rule (``compute.async_mma``) against the sm_90 PTX.
+
+    SMALL (64 x 32) gives the kernels whose matmuls have BM rows wgmma and those with BN
+    rows mma.sync; TALL (32 x 64) the other way round; 8 warps do not change the rule.
+    """
+    from simulator.hardware import load_hardware
+    from simulator.sim.compute import async_mma
+
+    hw = load_hardware("h200-sxm")
+    tall = [Tiling(block_m=32, block_n=64, num_stages=2, num_warps=4),
+            Tiling(block_m=128, block_n=64, num_stages=2, num_warps=8)]
+    compiled = [r for r in every_kernel if r.arch == 90] + resources.measure(
+        sorted(DOT_KERNELS), archs=(90,), dtype="bf16", head_dim=64, tilings=tall)
+    seen = set()
+    for r in compiled:
+        tiling = Tiling(block_m=r.block_m, block_n=r.block_n, num_stages=r.num_stages,
+                        num_warps=r.num_warps)
+        rows = _mma_rows_of_schedules(tiling)[r.kernel]
+        assert r.error is None, f"{r.kernel}: {r.error}"
+        if r.kernel not in DOT_KERNELS:
+            assert rows == 0 and r.wgmma_ops == 0 and r.mma_sync_ops == 0, r.kernel
+            continue
+        wgmma = async_mma(hw, rows, r.num_warps)
+        seen.add(wgmma)
+        label = f"{r.kernel} {r.block_m}x{r.block_n} warps={r.num_warps} ({rows} rows)"
+        assert (r.wgmma_ops > 0) == wgmma, label
+        assert (r.mma_sync_ops > 0) == (not wgmma), label
+    assert seen == {True, False}
+
+
 def _parse(argv):
     parser = argparse.ArgumentParser()
     kernels_cmd.add_parser(parser.add_subparsers())

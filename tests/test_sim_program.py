@@ -7,11 +7,12 @@ import pytest
 
 from simulator.counting import closed_form
 from simulator.hardware import load_hardware
-from simulator.sim.compute import sm_rates
-from simulator.sim.program import find_period, kernel_program, schedule_programs
+from simulator.sim.compute import async_mma, sm_rates
+from simulator.sim.program import kernel_program, schedule_programs
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
 from traces.schedules.base import LOAD, STORE
+from traces.schedules.period import find_period
 from traces.tiling import Tiling
 
 HW = load_hardware("h100-sxm5")
@@ -64,9 +65,10 @@ def test_period_of_fa2_is_the_q_blocks_of_one_head():
 @pytest.mark.parametrize("name,problem,tiling", CASES)
 def test_totals_are_the_closed_form_counts(name, problem, tiling):
     sched = build_schedule(problem, tiling, name)
-    rates = sm_rates(HW, problem.dtype)
-    for prog, count in zip(schedule_programs(sched, HW), closed_form(problem, tiling, name),
-                           strict=True):
+    for kernel, prog, count in zip(sched.kernels, schedule_programs(sched, HW),
+                                   closed_form(problem, tiling, name), strict=True):
+        rates = sm_rates(HW, problem.dtype,
+                         async_mma(HW, kernel.mma_rows, tiling.num_warps))
         totals = prog.totals()
         assert totals["load_bytes"].sum() == sum(count.reads.values())
         assert totals["store_bytes"].sum() == sum(count.writes.values())

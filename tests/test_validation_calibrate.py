@@ -110,7 +110,7 @@ def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, cap
     assert "fitted by tilesim calibrate from records:" in text
     assert str(path) in text and "sha256:" in text
     assert "Held-out shapes (never fitted on)" in text and "Held-out time MAPE" in text
-    assert text.count("# fitted by tilesim calibrate (base") == 5
+    assert text.count("# fitted by tilesim calibrate (base") == 6
     assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out",
                      str(tmp_path / "x.txt")]) == 2
 

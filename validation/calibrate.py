@@ -3,9 +3,10 @@
 The parameters are the ones a preset exposes as achievable fractions or rates (whichever
 exist on ``Hardware``): ``hbm_efficiency``, ``l2_efficiency``, ``tensor_efficiency``, the
 exp rate (``exp_ops_per_s``, scaled, since there is no exp efficiency), the kernel launch
-overhead and, if the simulator grows one, a per-iteration overhead. They are fitted by
-least squares on log(predicted / measured time) — relative errors, so that microsecond
-decode kernels weigh as much as 10 ms naive ones — over a TRAINING set of shapes.
+overhead and the per-iteration overhead (a fixed latency on every loop iteration's path).
+They are fitted by least squares on log(predicted / measured time) — relative errors, so
+that microsecond decode kernels weigh as much as 10 ms naive ones — over a TRAINING set
+of shapes.
 
 The split is by shape (problem and schedule), never by tiling: every tiling of a held-out
 shape is held out, so the reported error is on problems the fit never saw. Within each
@@ -44,7 +45,6 @@ PARAMS = (
     Param("exp_ops_per_s", 0.25, 4.0, scale=True),
     Param("kernel_launch_overhead_s", 0.0, 50.0, unit=1e-6),
     Param("iteration_overhead_s", 0.0, 5.0, unit=1e-6),
-    Param("per_iteration_overhead_s", 0.0, 5.0, unit=1e-6),
 )
 
 

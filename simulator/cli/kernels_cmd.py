@@ -119,6 +119,12 @@ def _progress():
     return update
 
 
+def _mma_kind(r) -> str:
+    """Which tensor-core instruction the kernel's matmuls compiled to."""
+    kinds = [name for name, n in (("wgmma", r.wgmma_ops), ("mma.sync", r.mma_sync_ops)) if n]
+    return "+".join(kinds) or "-"
+
+
 def _print_table(records, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -127,14 +133,14 @@ def _print_table(records, args: argparse.Namespace) -> None:
              f"{', causal' if args.causal else ''}: resources per CTA")
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
-                "spill bytes", "fits"):
+                "spill bytes", "mma", "fits"):
         table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for r in records:
         if r.error:
-            tail = ["-", "-", "-", "[red]error[/red]"]
+            tail = ["-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    "yes" if r.fits else "[red]NO[/red]"]
+                    _mma_kind(r), "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
                       str(r.num_stages), str(r.num_warps), *tail)
     Console(width=None if sys.stdout.isatty() else 120).print(table)

@@ -1,18 +1,34 @@
-"""How long a compute step takes on one SM: the busiest of its three units.
+"""How long a compute step takes on one SM: unit throughput and the CTA's own critical path.
 
 A step's work is counted by the schedules as tensor-core FLOPs, exps (special-function unit)
 and other FLOPs (FMA-free elementwise work on the FP32 ALUs). Each unit runs at its chip rate
 divided evenly over the SMs:
 
-- tensor cores: ``tensor_flops_per_s[dtype] x tensor_efficiency`` (fp32 inputs mean TF32);
+- tensor cores: ``tensor_flops_per_s[dtype] x tensor_efficiency`` (fp32 inputs mean TF32)
+  when the kernel's matmuls compile to Hopper's asynchronous wgmma, ``x
+  tensor_sync_efficiency`` when they compile to synchronous mma (``async_mma``);
 - special-function unit: ``exp_ops_per_s`` (FA3 §3.1 counts 16 ops/SM/clock);
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput.
 
-Overlap model: within a step the three units work concurrently (warps of a CTA, and warp
-groups in ping-pong, keep them all busy), so a step takes the time of its busiest unit,
-``max(tensor, exp, fp32)``. Steps of one CTA run one after another; CTAs resident on the same
-SM share its units first come, first served.
+Overlap model. An SM is ``sm_subpartitions`` processing blocks, each with its own tensor
+core, exp unit and ALUs and its own warps (the architecture whitepapers); a CTA's warps are
+spread evenly over them. Within one warp the work of a step is a dependent chain — the
+scores' matmul, then their softmax, then the second matmul (FA3 §3.1–3.2: FlashAttention-2
+runs softmax and GEMMs one after the other within a warpgroup; overlapping them needs more
+warps or explicit ping-pong scheduling) — so one warp per processing block runs its units in
+turn, and ``c`` warps per block (``num_warps / sm_subpartitions``) overlap one another's
+units, up to the busiest unit's throughput. Two numbers per step follow:
+
+- ``busy`` (*throughput*): seconds of the SM's busiest unit, ``max(tensor, exp, fp32)`` —
+  what the step takes from the SM that other resident CTAs cannot use;
+- ``path`` (*critical path*): how long the step takes for its CTA alone,
+  ``max(busy, (tensor + exp + fp32) / c)`` (with fewer warps than blocks, ``c = 1`` and the
+  CTA uses only ``num_warps`` of the blocks, so every unit time is scaled up by
+  ``sm_subpartitions / num_warps``).
+
+CTAs resident on one SM share its units: a step ends ``path`` after it starts, but not
+before the SM's units have done the ``busy`` seconds queued before it and its own.
 """
 
 from __future__ import annotations
@@ -24,15 +40,38 @@ from simulator.hardware import Hardware
 UNITS = ("tensor", "exp", "fp32")
 
 
-def sm_rates(hw: Hardware, dtype: str) -> np.ndarray:
+# Triton emits wgmma for a matmul when the target is sm_90, the CTA has whole warpgroups
+# (num_warps a multiple of 4) and the result's rows are a multiple of 64 (its MMA v3
+# eligibility rule; tests/test_kernels_aot.py checks it against our compiled kernels).
+WARPGROUP_WARPS = 4
+WGMMA_ROWS = 64
+
+
+def async_mma(hw: Hardware, mma_rows: int, num_warps: int) -> bool:
+    """Whether a kernel whose matmuls have ``mma_rows`` rows compiles to wgmma."""
+    return (hw.compute_capability == 90 and mma_rows > 0 and mma_rows % WGMMA_ROWS == 0
+            and num_warps % WARPGROUP_WARPS == 0)
+
+
+def sm_rates(hw: Hardware, dtype: str, wgmma: bool = True) -> np.ndarray:
     """Operations per second of one SM's tensor cores, exp unit and FP32 ALUs."""
     return np.array([
-        hw.tensor_rate(dtype) / hw.sm_count,
+        hw.tensor_rate(dtype, wgmma) / hw.sm_count,
         hw.exp_ops_per_s / hw.sm_count,
         hw.fp32_flops_per_s / 2 / hw.sm_count,
     ])
 
 
-def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str) -> np.ndarray:
+def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str,
+                 wgmma: bool = True) -> np.ndarray:
     """Seconds each unit of one SM needs: ``amounts`` is ``[3, n]`` (tensor, exp, other)."""
-    return np.asarray(amounts, dtype=np.float64) / sm_rates(hw, dtype)[:, None]
+    return np.asarray(amounts, dtype=np.float64) / sm_rates(hw, dtype, wgmma)[:, None]
+
+
+def path_seconds(unit_s: np.ndarray, num_warps: int, hw: Hardware) -> np.ndarray:
+    """A step's critical path for its CTA alone (module docstring); ``unit_s`` is ``[3, n]``."""
+    blocks = hw.sm_subpartitions
+    used = min(num_warps, blocks)  # processing blocks the CTA's warps occupy
+    per_block = unit_s * (blocks / used)  # seconds on the blocks the CTA uses
+    warps_per_block = max(1.0, num_warps / blocks)
+    return np.maximum(per_block.max(axis=0), per_block.sum(axis=0) / warps_per_block)

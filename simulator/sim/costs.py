@@ -4,7 +4,8 @@ From a kernel's program (``program``), per CTA: bytes loaded and stored by phase
 program, compute seconds, and — given its L2 misses — the four phases the fluid runs it as
 (``fluid``): the latency of its first loads, their transfer, the body, the last stores.
 Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port, bytes through HBM,
-compute seconds on its SM, and its critical path alone on the GPU.
+busiest-unit seconds on its SM, and its critical path alone on the GPU (which counts each
+compute step's critical path, ``simulator.sim.compute``).
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ class CtaCosts:
         # kernel without loop or epilogue stores (naive attention's one-shot kernels).
         self.last_store = np.where(self.post_store > 0, self.post_store,
                                    np.where(self.n == 0, pre_store, 0.0))
-        self.pre_compute = prog.pre.compute_s
-        self.loop_compute = loop(prog.loop.compute_s)
-        self.post_compute = prog.post.compute_s
+        self.pre_path = prog.pre.path_s
+        self.loop_path = loop(prog.loop.path_s)
+        self.post_path = prog.post.path_s
         self.load = self.pre_load + self.loop_load + self.post_load
-        self.compute = self.pre_compute + self.loop_compute + self.post_compute
+        self.compute = (prog.pre.compute_s + loop(prog.loop.compute_s)
+                        + prog.post.compute_s)  # busy seconds of the SM's units
         per = np.maximum(self.n, 1)
-        self.load_it, self.compute_it = self.loop_load / per, self.loop_compute / per
+        self.load_it, self.path_it = self.loop_load / per, self.loop_path / per
         self.store_it = loop(prog.loop.bytes_of(STORE)) / per
         # Issued at the start: the prologue's loads and the first ``stages`` iterations'.
         self.first_load = self.pre_load + np.minimum(self.n, stages) * self.load_it
@@ -90,13 +92,13 @@ class CtaCosts:
         n = self.n
         # The SM's port also carries the iteration's stores.
         moved_it = self.load_it + self.store_it
-        step = np.maximum(self.compute_it, (latency + self.compute_it
-                                            + transfer(moved_it, self.load_it * fraction))
+        step = np.maximum(self.path_it, (latency + self.path_it
+                                         + transfer(moved_it, self.load_it * fraction))
                           / stages)
-        loop = np.where(n > 0, self.compute_it + (n - 1) * step, 0.0)
+        loop = np.where(n > 0, self.path_it + (n - 1) * step, 0.0)
         drain = np.where(self.post_load > 0,
                          latency + transfer(self.post_load, self.post_load * fraction), 0.0)
-        body = self.pre_compute + loop + drain + self.post_compute
+        body = self.pre_path + loop + drain + self.post_path
         last = self.last_store / through
         separate = last > FOLD * body
         grid = n.shape[0]

@@ -22,8 +22,9 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   of the farthest level it reached. Write-backs of evicted dirty blocks are HBM transfers
   nobody waits for. Stores cross the port and L2 and are not waited for, except that a CTA
   retires only once its stores have been accepted by L2.
-- **Compute**: a step takes its busiest unit's time (``compute``); the CTAs of one SM share
-  its units first come, first served.
+- **Compute** (``compute``): a step ends its critical path after it starts, but not before
+  its SM's units have done the busiest-unit seconds queued before it and its own: the
+  CTAs of one SM share its units first come, first served.
 
 This engine is exact for its model and costs a few events per tile step, so it is used for
 problems of up to about a hundred thousand loop iterations; ``fluid`` aggregates the
@@ -148,7 +149,7 @@ class FullEngine:
                       for t in range(min(len(units), stages - 1)))
         if first_loads is not None:
             yield first_loads
-        yield from self._compute(sm, prog.pre.compute_s[cta])
+        yield from self._compute(sm, prog.pre.compute_s[cta], prog.pre.path_s[cta])
         self._store("pre", cta, cta, sm, pending)
         for t, unit in enumerate(units):
             if stages > 1:
@@ -159,23 +160,22 @@ class FullEngine:
                 loads = self._load("loop", cta, unit, sm)
             if loads is not None:
                 yield loads
-            yield from self._compute(sm, prog.loop.compute_s[unit])
+            yield from self._compute(sm, prog.loop.compute_s[unit], prog.loop.path_s[unit])
             self._store("loop", cta, unit, sm, pending)
         last_loads = self._load("post", cta, cta, sm)
         if last_loads is not None:
             yield last_loads
-        yield from self._compute(sm, prog.post.compute_s[cta])
+        yield from self._compute(sm, prog.post.compute_s[cta], prog.post.path_s[cta])
         self._store("post", cta, cta, sm, pending)
         if pending[0]:
             pending[1] = self.env.event()
             yield pending[1]
 
-    def _compute(self, sm: int, seconds: float):
-        if seconds > 0:
+    def _compute(self, sm: int, busy_s: float, path_s: float):
+        if path_s > 0:
             now = self.env.now
-            end = max(now, self.sm_free[sm]) + seconds
-            self.sm_free[sm] = end
-            yield self.env.timeout(end - now)
+            self.sm_free[sm] = max(now, self.sm_free[sm]) + busy_s
+            yield self.env.timeout(max(path_s, self.sm_free[sm] - now))
 
     # -- memory ------------------------------------------------------------------------
 

@@ -11,8 +11,10 @@ what it could have done at its achievable rate —
 the bound is the most utilized resource if it is at least ``BOUND_UTILIZATION`` busy.
 Otherwise nothing is saturated and the kernel waits: on too few resident CTAs if the SMs'
 CTA slots are occupied less than ``BOUND_UTILIZATION`` of the time (``occupancy``: small
-grid, tail, or launch overhead), else on memory latency (``latency``). The prediction's
-overall bound is the kernels' bound weighted by their time.
+grid, tail, or launch overhead), else on latency (``latency``): of memory, or of each
+CTA's own chain of dependent compute (matmul, then softmax) that too few warps per SM
+overlap (``simulator.sim.compute``). The prediction's overall bound is the kernels' bound
+weighted by their time.
 """
 
 from __future__ import annotations

@@ -94,6 +94,10 @@ class Kernel:
     ``grid``; ``loop_count`` gives each CTA's number of loop iterations. Loop steps see the
     CTA's coordinates plus ``"t"`` (the iteration index, 0-based) in their context.
     ``sram_bytes`` is the shared memory one CTA holds (streamed tiles times ``num_stages``).
+    ``mma_rows`` is the M (rows) of every tensor-core matmul one CTA of the kernel's Triton
+    twin issues, 0 if it has none: the compiler picks the tensor-core instruction by it
+    (``simulator.sim.compute.async_mma``; ``tests/test_kernels_aot.py`` checks the rule
+    against the compiled kernels).
     """
 
     name: str
@@ -106,6 +110,7 @@ class Kernel:
     tensors: dict[str, Tensor]
     notes: str = ""
     extra: dict = field(default_factory=dict)
+    mma_rows: int = 0
 
     @property
     def grid(self) -> int:

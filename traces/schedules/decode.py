@@ -100,6 +100,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
               Access(STORE, "lse_partial", rows, 1, partial)],
         sram_bytes=rows * d * s + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
+        mma_rows=max(16, 1 << (rows - 1).bit_length()),  # the twin pads rows to a power of 2
     )
 
     heads = grid_coords(("h", p.heads), ("b", p.batch))

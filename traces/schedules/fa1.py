@@ -119,4 +119,5 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         post=[],
         sram_bytes=2 * bn * d * s + t.num_stages * streamed,
         tensors=tensors,
+        mma_rows=bm,
     )]

@@ -94,6 +94,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
               Access(STORE, "lse", bm, 1, q_tile)],
         sram_bytes=sram,
         tensors=tensors,
+        mma_rows=bm,
     )
 
 
@@ -156,6 +157,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         post=[Access(STORE, "dk", bn, d, kv_own), Access(STORE, "dv", bn, d, kv_own)],
         sram_bytes=2 * bn * d * s + t.num_stages * (2 * bm * d * s + 2 * bm * STATS_BYTES),
         tensors=tensors,
+        mma_rows=bn,  # every product of this kernel has the K/V block's rows: dK, dV, S^T
     )
 
     # dQ: one CTA per Q block; loop over K/V blocks.
@@ -185,5 +187,6 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         post=[Access(STORE, "dq", bm, d, q_tile)],
         sram_bytes=2 * bm * d * s + 2 * bm * STATS_BYTES + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
+        mma_rows=bm,
     )
     return [preprocess, dkdv, dq]

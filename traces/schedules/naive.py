@@ -67,9 +67,10 @@ class _Blocks:
         """Tensor FLOPs of one (BM x BN x d) product of valid elements."""
         return 2 * self.rows(i) * self.cols(j) * self.d
 
-    def kernel(self, name, ctas, count, pre, loop, post, sram):
+    def kernel(self, name, ctas, count, pre, loop, post, sram, mma_rows=0):
         return Kernel(name=name, ctas=ctas, loop_count=np.asarray(count, dtype=np.int64),
-                      pre=pre, loop=loop, post=post, sram_bytes=sram, tensors=self.tensors)
+                      pre=pre, loop=loop, post=post, sram_bytes=sram, tensors=self.tensors,
+                      mma_rows=mma_rows)
 
     def tile_grid(self):
         """One CTA per (BM x BN) tile: grid (Tc, Tr, B*H), column block fastest."""
@@ -107,7 +108,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     tiles = k.tile_grid()
     qk_kernel = k.kernel("naive_qk", tiles, np.zeros(tiles["i"].size), [
         Access(LOAD, "q", bm, d, q_i), Access(LOAD, "k", bn, d, k_j), Compute(qk),
-        Access(STORE, "s", bm, bn, s_ij)], [], [], (bm + bn) * d * s)
+        Access(STORE, "s", bm, bn, s_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
 
     rows = grid_coords(("r", p.seq_q), ("bh", p.batch * p.heads))
 
@@ -135,7 +136,8 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
 
     pv_kernel = k.kernel("naive_pv", blocks, np.full(blocks["i"].size, k.tc), [], [
         Access(LOAD, "p", bm, bn, p_it), Access(LOAD, "v", bn, d, v_t), Compute(pv)],
-        [Access(STORE, "o", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s)
+        [Access(STORE, "o", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
+        mma_rows=bm)
     return [qk_kernel, softmax_kernel, pv_kernel]
 
 
@@ -167,7 +169,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
                   [Access(LOAD, "p", bm, bn, looped_tile("p")),
                    Access(LOAD, "do", bm, d, looped_q),
                    Compute(kv_matmul)],
-                  [Access(STORE, "dv", bn, d, own_kv)], streamed)
+                  [Access(STORE, "dv", bn, d, own_kv)], streamed, mma_rows=bn)
 
     tiles = k.tile_grid()
 
@@ -183,7 +185,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     dp = k.kernel("naive_bwd_dp", tiles, np.zeros(tiles["i"].size), [
         Access(LOAD, "do", bm, d, q_i), Access(LOAD, "v", bn, d, v_j),
         Compute(lambda c: (k.matmul(c["i"], c["j"]), 0, 0)),
-        Access(STORE, "dp", bm, bn, tile_ij)], [], [], (bm + bn) * d * s)
+        Access(STORE, "dp", bm, bn, tile_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
 
     blocks = k.row_grid()
 
@@ -204,11 +206,12 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     dq = k.kernel("naive_bwd_dq", blocks, np.full(blocks["i"].size, k.tc), [], [
         Access(LOAD, "ds", bm, bn, tile_it), Access(LOAD, "k", bn, d, kv_t),
         Compute(lambda c: (k.matmul(c["i"], c["t"]), 0, 0))],
-        [Access(STORE, "dq", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s)
+        [Access(STORE, "dq", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
+        mma_rows=bm)
 
     dk = k.kernel("naive_bwd_dk", kv_blocks, np.full(kv_blocks["j"].size, per_kv_block), [],
                   [Access(LOAD, "ds", bm, bn, looped_tile("ds")),
                    Access(LOAD, "q", bm, d, looped_q),
                    Compute(kv_matmul)],
-                  [Access(STORE, "dk", bn, d, own_kv)], streamed)
+                  [Access(STORE, "dk", bn, d, own_kv)], streamed, mma_rows=bn)
     return [dv, dp, ds, dq, dk]

@@ -1,0 +1,108 @@
+"""The compute model: busiest-unit throughput, the CTA's own critical path, iteration overhead.
+
+``simulator.sim.compute`` says a step keeps the SM's busiest unit busy for ``max(units)``
+seconds and lasts, for its CTA alone, ``max(busy, sum(units) / c)`` with ``c`` warps per
+processing block. The engine tests take one CTA alone on the GPU, whose loop is
+compute-bound, so that every other term cancels between two runs that differ only in warps
+or overhead: the difference in time is the difference in the CTA's summed compute path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simulator.hardware import load_hardware
+from simulator.sim import run
+from simulator.sim.compute import async_mma, path_seconds
+from simulator.sim.program import schedule_programs
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule
+from traces.tiling import Tiling
+
+HW = load_hardware("h100-sxm5")
+UNITS = np.array([[3.0, 1.0], [2.0, 1.0], [1.0, 4.0]])  # [tensor, exp, fp32] x two steps
+
+
+def test_path_of_one_warp_per_block_is_the_sum_of_its_units():
+    assert path_seconds(UNITS, 4, HW).tolist() == [6.0, 6.0]
+
+
+def test_two_warps_per_block_overlap_up_to_the_busiest_unit():
+    # max(busiest, sum / 2): (3, 6/2) and (4, 6/2)
+    assert path_seconds(UNITS, 8, HW).tolist() == [3.0, 4.0]
+    assert path_seconds(UNITS, 32, HW).tolist() == [3.0, 4.0]  # never below the busiest
+
+
+def test_fewer_warps_than_blocks_use_only_part_of_the_sm():
+    # 2 warps on 4 blocks: the units of the 2 blocks used take twice as long, in turn.
+    assert path_seconds(UNITS, 2, HW).tolist() == [12.0, 12.0]
+    assert path_seconds(UNITS, 1, HW).tolist() == [24.0, 24.0]
+
+
+# One CTA (B=1, H=1, N=BM) of a d=128 forward: its K/V loads are small next to its compute.
+ALONE = AttentionProblem(1, 1, 128, 128, seq_kv=8192)
+
+
+def _paths(tiling: Tiling, hw) -> tuple[int, float]:
+    """(iterations, critical path of all compute steps) of the single CTA."""
+    (prog,) = schedule_programs(build_schedule(ALONE, tiling, "fa2"), hw)
+    assert prog.grid == 1
+    total = prog.pre.path_s.sum() + prog.loop.path_s.sum() + prog.post.path_s.sum()
+    return prog.iterations, float(total)
+
+
+@pytest.mark.parametrize("mode", ["full", "aggregated"])
+def test_more_warps_shorten_a_compute_bound_cta_by_the_path_difference(mode):
+    four, eight = Tiling(128, 64, 2, 4), Tiling(128, 64, 2, 8)
+    _, path4 = _paths(four, HW)
+    _, path8 = _paths(eight, HW)
+    assert path8 < path4
+    slow = run(ALONE, four, "fa2", HW, mode).time_s
+    fast = run(ALONE, eight, "fa2", HW, mode).time_s
+    assert slow - fast == pytest.approx(path4 - path8, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["full", "aggregated"])
+def test_iteration_overhead_adds_once_per_iteration(mode):
+    tiling = Tiling(128, 64, 2, 4)
+    slower = dataclasses.replace(HW, iteration_overhead_s=1e-6)
+    n, _ = _paths(tiling, HW)
+    base = run(ALONE, tiling, "fa2", HW, mode).time_s
+    more = run(ALONE, tiling, "fa2", slower, mode).time_s
+    assert more - base == pytest.approx(n * 1e-6, rel=1e-6)
+
+
+def test_resident_ctas_overlap_up_to_the_busiest_unit():
+    """Many CTAs per SM: time approaches the busiest unit's, not the sum of the units."""
+    problem = AttentionProblem(4, 32, 4096, 128)
+    tiling = Tiling(128, 64, 2, 4)
+    sim = run(problem, tiling, "fa2", HW, "aggregated")
+    (kernel,) = sim.runs
+    busiest = kernel.unit_s.max() / HW.sm_count
+    total = kernel.unit_s.sum() / HW.sm_count
+    assert kernel.ctas_per_sm >= 2
+    assert busiest < kernel.time_s < 0.8 * total
+
+
+def test_wgmma_needs_sm90_whole_warpgroups_and_rows_in_64s():
+    h200, a100 = load_hardware("h200-sxm"), load_hardware("a100-sxm4-80gb")
+    assert async_mma(h200, 64, 4) and async_mma(h200, 128, 8)
+    assert not async_mma(h200, 32, 4)  # rows not a multiple of 64
+    assert not async_mma(h200, 64, 2)  # no whole warpgroup
+    assert not async_mma(h200, 0, 4)  # no matmul
+    assert not async_mma(a100, 128, 8)  # no wgmma before sm_90
+
+
+def test_synchronous_mma_runs_at_its_own_efficiency():
+    """fa2 forward with BM=32 compiles to mma.sync: its tensor seconds use that rate."""
+    problem = AttentionProblem(1, 2, 512, 64)
+    for block_m, efficiency in ((64, HW.tensor_efficiency), (32, HW.tensor_sync_efficiency)):
+        tiling = Tiling(block_m, 64, 2, 4)
+        (prog,) = schedule_programs(build_schedule(problem, tiling, "fa2"), HW)
+        tensor_s = prog.totals()["unit_s"][0].sum()
+        flops = 4 * 2 * 512 * 512 * 64
+        assert tensor_s == pytest.approx(
+            flops / (HW.tensor_flops_per_s["bf16"] * efficiency / HW.sm_count), rel=1e-9)
