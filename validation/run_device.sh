@@ -2,7 +2,8 @@
 # The validation run on the GPU machine, in ONE call of the device tool, from the repo root.
 #
 # Before the call, on the session's own machine (it has pip and a network), once:
-#   1. freeze the plans with the model of the day (needs no GPU; minutes with the simulator):
+#   1. the plans in validation/plans/ are frozen with the simulator (2026-11-30); only if the
+#      model changed since, re-freeze them (no GPU; ~72 min on 2 cores, start it early):
 #        python -m validation.matrix write default quick
 #   2. the image lacks simpy (the simulator's dependency); carry its wheel (pure Python):
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
