@@ -88,6 +88,12 @@ def test_duplicates_keep_the_latest_and_peers_are_listed():
     assert [p["implementation"] for p in report["peers"]] == ["sdpa_flash"]
 
 
+def test_predicting_in_processes_gives_the_same_report():
+    one = reconcile(synthetic_records(), predictor=stub, model="stub")
+    two = reconcile(synthetic_records(), predictor=stub, model="stub", jobs=2)
+    assert two["rows"] == one["rows"] and two["summary"] == one["summary"]
+
+
 def test_a_config_the_model_refuses_is_listed_not_fatal():
     from traces.problem import ProblemError
 
@@ -155,3 +161,10 @@ def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("tilesim: error:") for line in err)
     assert "pass --hardware" in err[2]
+
+
+def test_cli_refuses_zero_jobs(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    assert run_cli(["reconcile", str(path), "--jobs", "0"], monkeypatch) == 2
+    assert "--jobs" in capsys.readouterr().err

@@ -82,16 +82,29 @@ def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
     return list(latest.values()), len(records) - len(latest)
 
 
+def _predict_one(task) -> tuple[dict | None, str | None]:
+    """(prediction, None), or (None, why) when the model refuses the config."""
+    predictor, problem, tiling, schedule, hw = task
+    try:
+        return predictor(problem, tiling, schedule, hw), None
+    except ProblemError as exc:  # say, an illegal tiling
+        return None, str(exc)
+
+
 def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
-              model: str | None = None) -> dict:
-    """The reconciliation report (``tilesim.reconcile/1``) of ``records``."""
+              model: str | None = None, jobs: int = 1) -> dict:
+    """The reconciliation report (``tilesim.reconcile/1``) of ``records``.
+
+    ``jobs > 1`` predicts the records in that many processes (``predictor`` must then be a
+    module-level function); the report is the same.
+    """
     from validation import predict as predict_mod
 
     predictor = predictor or predict_mod.predict
     model = model or predict_mod.model_name()
     records, duplicates = _dedupe(records)
     hw_cache: dict[str, object] = {}
-    rows, peers, unpredicted, untimed = [], [], [], 0
+    peers, unpredicted, untimed, todo = [], [], 0, []
     for rec in records:
         if rec["timing"] is None:
             untimed += 1
@@ -108,12 +121,21 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                                f"{rec['environment'].get('gpu_name')!r}; pass --hardware")
         if name not in hw_cache:
             hw_cache[name] = load_hardware(name)
-        problem = AttentionProblem.from_dict(rec["problem"])
-        tiling = Tiling.from_dict(rec["tiling"])
-        try:
-            pred = predictor(problem, tiling, rec["schedule"], hw_cache[name])
-        except ProblemError as exc:  # the model refuses the config (say, an illegal tiling)
-            unpredicted.append({"record_id": rec["record_id"], "reason": str(exc)})
+        todo.append((rec, name, (predictor, AttentionProblem.from_dict(rec["problem"]),
+                                 Tiling.from_dict(rec["tiling"]), rec["schedule"],
+                                 hw_cache[name])))
+    tasks = [task for _, _, task in todo]
+    if jobs > 1 and len(tasks) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_predict_one, tasks))
+    else:
+        results = [_predict_one(task) for task in tasks]
+    rows = []
+    for (rec, name, _), (pred, refused) in zip(todo, results, strict=True):
+        if pred is None:
+            unpredicted.append({"record_id": rec["record_id"], "reason": refused})
             continue
         measured, predicted = _measured(rec), _predicted(pred)
         errors = {m: (stats.pct_errors([predicted[m]], [measured[m]])[0]

@@ -13,6 +13,9 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", default=None, help="write predicted-vs-measured scatter (.png)")
     p.add_argument("--summary-only", action="store_true", help="no per-config table")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes predicting the records (default 1; naive attention at "
+                        "N = 16k takes minutes per record)")
     p.set_defaults(func=run)
 
 
@@ -28,7 +31,9 @@ def run(args) -> int:
         sys.stderr.write(f"tilesim: warning: skipped {err}\n")
     if not records:
         raise ProblemError("no valid records in " + ", ".join(args.records))
-    report = reconcile(records, hardware=args.hardware)
+    if args.jobs < 1:
+        raise ProblemError(f'"--jobs" must be >= 1, got {args.jobs}.')
+    report = reconcile(records, hardware=args.hardware, jobs=args.jobs)
     report["skipped_lines"] = [str(e) for e in errors]
     if args.plot:
         rp.plot(report, args.plot)
