@@ -103,6 +103,19 @@ def test_quick_plan_is_sound():
     schedules = {(c["schedule"], c["problem"]["pass"]) for c in plan["configs"]}
     assert schedules == {("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd"), ("decode", "fwd")}
     assert {p["implementation"] for p in plan["peers"]} == {"sdpa_math", "sdpa_flash"}
+    # Every legal candidate's ratings are kept; the chosen ones are the configs' ratings.
+    rated = {g["group"]: g for g in plan["candidate_ratings"]}
+    assert len(rated) == len(matrix.groups_for("quick"))
+    for cfg in plan["configs"]:
+        p = cfg["problem"]
+        group = rated[f"{cfg['schedule']} {p['pass']} d={p['head_dim']}"
+                      f"{' causal' if p['causal'] else ''}"]
+        i = group["tilings"].index(cfg["tiling"])
+        assert i in group["chosen"]
+        assert cfg["rating"] == group["ratings"][i][group["seqs"].index(p["seq_kv"])]
+    for g in rated.values():
+        assert all(len(r) == len(g["seqs"]) for r in g["ratings"])
+        assert len(g["tilings"]) >= matrix.TILINGS_PER_SHAPE
     e = estimate(plan, 10, 40, 15)
     assert e["counts"]["configs"] == len(plan["configs"])
     assert e["counts"]["profiled_launches"] == sum(len(c["kernels"]) for c in plan["configs"])

@@ -10,9 +10,12 @@ compile time — the largest cost of a device run — small. Without the timing 
 ratings are the exact global-memory bytes (count-based distinctness), and the plan says so.
 
 The result is a plan (``tilesim.plan/1``): configs in measurement order (shapes interleaved
-across groups, so a run cut short by its time budget still covers every group) and the
-PyTorch peers of every problem. Plans are frozen into ``validation/plans/<name>.json`` by
-``python -m validation.matrix write default quick``, so that the GPU machine needs no model.
+across groups, so a run cut short by its time budget still covers every group), the
+PyTorch peers of every problem, and every legal candidate's ratings per group
+(``candidate_ratings``; the default plan frozen on 2026-11-30 predates them), so that a new
+selection rule can be applied without rating the candidates again. Plans are frozen into
+``validation/plans/<name>.json`` by ``python -m validation.matrix write default quick``, so
+that the GPU machine needs no model.
 """
 
 from __future__ import annotations
@@ -196,7 +199,7 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
     (``predictor`` must then be a module-level function).
     """
     by = "simulator" if model == "simulator" else "counts"
-    per_group, notes = [], []
+    per_group, notes, candidate_ratings = [], [], []
     groups = groups_for(name)
     seqs_of = {}
     for group in groups:
@@ -232,6 +235,10 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
             notes.append(f"{group.label}: the chosen tilings differ by only {100 * gap:.1f}% "
                          f"at some N (wanted {100 * MIN_GAP:.0f}%)")
         log(f"{group.label}: " + ", ".join(legal[i].describe() for i in chosen))
+        candidate_ratings.append({
+            "group": group.label, "seqs": seqs, "tilings": [t.to_dict() for t in legal],
+            "ratings": [[row[i] for row in columns] for i in range(len(legal))],
+            "chosen": chosen})
         per_group.append((group, seqs, [(legal[i], [row[i] for row in columns], times[i])
                                         for i in chosen]))
     configs, peers, seen_problems = [], [], set()
@@ -260,7 +267,10 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
             "rating": "predicted time_s" if by == "simulator" else "global bytes (exact counts)",
             "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP, "notes": notes,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "configs": configs, "peers": peers}
+            "configs": configs, "peers": peers,
+            # Every legal candidate's rating at every length, so that a new selection rule
+            # can be applied to a frozen plan without rating the candidates again.
+            "candidate_ratings": candidate_ratings}
     plan["sha256"] = plan_hash(plan)
     return plan
 
