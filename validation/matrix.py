@@ -32,7 +32,7 @@ from pathlib import Path
 
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
-from validation.predict import Predictor
+from validation.predict import Predictor, map_tasks
 
 PLAN_SCHEMA = "tilesim.plan/1"
 PLAN_DIR = Path(__file__).parent / "plans"
@@ -210,13 +210,7 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
                          "left out, N x N does not fit")
     tasks = [(predictor, group.schedule, group.problem(n), t, hw, by)
              for group in groups for t in group.candidates() for n in seqs_of[group]]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            rated = list(pool.map(_rate, tasks, chunksize=4))
-    else:
-        rated = [_rate(task) for task in tasks]
+    rated = map_tasks(_rate, tasks, jobs, chunksize=4)
     results = dict(zip(((t[1], t[2], t[3]) for t in tasks), rated, strict=True))
     for group in groups:
         seqs = seqs_of[group]

@@ -8,7 +8,7 @@ predictor instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from simulator.hardware import Hardware
 from traces.problem import AttentionProblem
@@ -27,3 +27,17 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     from simulator.sim import predict as simulate
 
     return simulate(problem, tiling, schedule, hw)[0]
+
+
+def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:
+    """``[fn(task) for task in tasks]``, spread over ``jobs`` processes when ``jobs > 1``.
+
+    ``fn`` and everything in the tasks (a predictor, say) must be picklable: module-level
+    functions. The order of the results is the order of the tasks.
+    """
+    if jobs <= 1 or len(tasks) <= 1:
+        return [fn(task) for task in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(fn, tasks, chunksize=chunksize))

@@ -124,14 +124,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         todo.append((rec, name, (predictor, AttentionProblem.from_dict(rec["problem"]),
                                  Tiling.from_dict(rec["tiling"]), rec["schedule"],
                                  hw_cache[name])))
-    tasks = [task for _, _, task in todo]
-    if jobs > 1 and len(tasks) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_predict_one, tasks))
-    else:
-        results = [_predict_one(task) for task in tasks]
+    results = predict_mod.map_tasks(_predict_one, [task for _, _, task in todo], jobs)
     rows = []
     for (rec, name, _), (pred, refused) in zip(todo, results, strict=True):
         if pred is None:

@@ -28,8 +28,8 @@ from simulator.hardware import Hardware
 from simulator.occupancy import Residency, residency
 from simulator.sim.compute import async_mma, path_seconds, unit_seconds
 from traces.schedules import Schedule
-from traces.schedules.base import LOAD, STORE, Access, Kernel, step_mask, valid_extent
-from traces.schedules.period import loop_context, periodic_loop
+from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
+from traces.schedules.period import evaluate_steps, periodic_loop
 
 
 @dataclass
@@ -112,40 +112,36 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
     return out
 
 
-def _evaluate(steps: list, ctx: dict, schedule: Schedule, hw: Hardware, wgmma: bool) -> Phase:
-    """Evaluate a phase's steps for every unit of ``ctx`` at once (``wgmma``: the kernel's
-    matmuls are asynchronous, ``compute.async_mma``)."""
-    units = ctx["cta"].shape[0]
+def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
+              hw: Hardware, wgmma: bool) -> Phase:
+    """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
+    for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.async_mma``)."""
+    values, masks = evaluated
+    units = masks.shape[1]
     names = schedule.tensor_names
-    accesses = [s for s in steps if isinstance(s, Access)]
-    k = len(accesses)
-    shape = (k, units)
+    rows = [k for k, s in enumerate(steps) if isinstance(s, Access)]
+    accesses = [steps[k] for k in rows]
+    mask = masks[rows]
+    plane, row_block, col_block = (values[rows, f] for f in range(3))
+    nbytes = np.zeros(mask.shape, dtype=np.int64)  # valid bytes of each tile moved
+    for row, step in enumerate(accesses):
+        tensor = schedule.tensors[step.tensor]
+        nbytes[row] = (valid_extent(row_block[row], step.tile_rows, tensor.rows)
+                       * valid_extent(col_block[row], step.tile_cols, tensor.cols)
+                       * tensor.elem_bytes)
     phase = Phase(
         kind=np.array([s.kind for s in accesses], dtype=np.int64),
         tensor=np.array([names.index(s.tensor) for s in accesses], dtype=np.int64),
         tile_rows=np.array([s.tile_rows for s in accesses], dtype=np.int64),
         tile_cols=np.array([s.tile_cols for s in accesses], dtype=np.int64),
-        mask=np.zeros(shape, dtype=bool), plane=np.zeros(shape, dtype=np.int64),
-        row_block=np.zeros(shape, dtype=np.int64), col_block=np.zeros(shape, dtype=np.int64),
-        nbytes=np.zeros(shape, dtype=np.int64), unit_s=np.zeros((3, units)),
+        mask=mask, plane=plane, row_block=row_block, col_block=col_block,
+        nbytes=np.where(mask, nbytes, 0), unit_s=np.zeros((3, units)),
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
-    for row, step in enumerate(accesses):
-        t = schedule.tensors[step.tensor]
-        mask = step_mask(step, ctx)
-        plane, rb, cb = (np.broadcast_to(np.asarray(a, dtype=np.int64), (units,))
-                         for a in step.coords(ctx))
-        phase.mask[row], phase.plane[row] = mask, plane
-        phase.row_block[row], phase.col_block[row] = rb, cb
-        nbytes = (valid_extent(rb, step.tile_rows, t.rows)
-                  * valid_extent(cb, step.tile_cols, t.cols) * t.elem_bytes)
-        phase.nbytes[row] = np.where(mask, nbytes, 0)
-    for step in steps:
+    for k, step in enumerate(steps):
         if isinstance(step, Access):
             continue
-        mask = step_mask(step, ctx)
-        amounts = np.stack([np.broadcast_to(np.asarray(a, dtype=np.float64), (units,))
-                            for a in step.amounts(ctx)]) * mask
+        amounts = values[k].astype(np.float64) * masks[k]
         seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma)
         phase.unit_s += seconds
         phase.compute_s += seconds.max(axis=0)
@@ -153,23 +149,18 @@ def _evaluate(steps: list, ctx: dict, schedule: Schedule, hw: Hardware, wgmma: b
     return phase
 
 
-def _wgmma(kernel: Kernel, schedule: Schedule, hw: Hardware) -> bool:
-    return async_mma(hw, kernel.mma_rows, schedule.tiling.num_warps)
-
-
 def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
                    compress: bool = True) -> KernelProgram:
     """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop."""
     res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
     cta_ctx = kernel.cta_context()
-    wgmma = _wgmma(kernel, schedule, hw)
-    pre = _evaluate(kernel.pre, cta_ctx, schedule, hw, wgmma)
-    post = _evaluate(kernel.post, cta_ctx, schedule, hw, wgmma)
+    wgmma = async_mma(hw, kernel.mma_rows, schedule.tiling.num_warps)
+    pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx), schedule, hw, wgmma)
+    post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx), schedule, hw, wgmma)
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress)  # the period, verified on a spread of CTAs
     period = periodic.period
-    loop = _evaluate(kernel.loop, loop_context(kernel, np.arange(period, dtype=np.int64)),
-                     schedule, hw, wgmma)
+    loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma)
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(

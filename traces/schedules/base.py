@@ -116,14 +116,16 @@ class Kernel:
     def grid(self) -> int:
         return int(self.loop_count.shape[0])
 
-    def loop_context(self) -> dict[str, np.ndarray]:
-        """Context of every loop iteration of every CTA: CTA coordinates, ``t`` and ``cta``."""
-        counts = self.loop_count.astype(np.int64)
-        owner = np.repeat(np.arange(self.grid, dtype=np.int64), counts)
-        first = np.zeros(self.grid, dtype=np.int64)
-        np.cumsum(counts[:-1], out=first[1:])
+    def loop_context(self, ctas: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Context of the loop iterations of ``ctas`` (default: every CTA), CTA after CTA:
+        their coordinates, ``t`` and ``cta``."""
+        if ctas is None:
+            ctas = np.arange(self.grid, dtype=np.int64)
+        counts = self.loop_count[ctas].astype(np.int64)
+        owner = np.repeat(ctas, counts)
+        first = np.cumsum(counts) - counts
         ctx = {name: values[owner] for name, values in self.ctas.items()}
-        ctx["t"] = np.arange(owner.size, dtype=np.int64) - first[owner]
+        ctx["t"] = np.arange(owner.size, dtype=np.int64) - np.repeat(first, counts)
         ctx["cta"] = owner
         return ctx
 

@@ -19,8 +19,8 @@ The check is a sample: a schedule whose loop differed from its representative's 
 CTAs outside the sample would be missed. Schedules write loop coordinates as functions of
 the CTA coordinates and ``t``, so a difference shows on every plane that has it.
 
-Pure numpy, no simulator imports: the trace expander builds on it, and ``find_period`` and
-``loop_context`` keep the semantics of ``simulator.sim.program``'s so the two can share it.
+Pure numpy, no simulator imports: the trace expander and the simulator's kernel programs
+(``simulator.sim.program``) both build on it.
 """
 
 from __future__ import annotations
@@ -55,17 +55,6 @@ def find_period(kernel: Kernel) -> int:
         if all(_is_periodic(v, period) for v in others):
             best = period
     return best
-
-
-def loop_context(kernel: Kernel, ctas: np.ndarray) -> dict[str, np.ndarray]:
-    """Loop context (CTA coordinates, ``t``, ``cta``) of the iterations of ``ctas``, in order."""
-    counts = kernel.loop_count[ctas].astype(np.int64)
-    owner = np.repeat(ctas, counts)
-    first = np.cumsum(counts) - counts
-    ctx = {name: values[owner] for name, values in kernel.ctas.items()}
-    ctx["t"] = np.arange(owner.size, dtype=np.int64) - np.repeat(first, counts)
-    ctx["cta"] = owner
-    return ctx
 
 
 def evaluate_steps(steps: list[Step], ctx: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +128,7 @@ def _verified(kernel: Kernel, loop: PeriodicLoop) -> bool:
     if outside.size == 0:
         return True
     picks = np.unique(outside[np.linspace(0, outside.size - 1, VERIFY_CTAS).astype(np.int64)])
-    values, masks = evaluate_steps(kernel.loop, loop_context(kernel, picks))
+    values, masks = evaluate_steps(kernel.loop, kernel.loop_context(picks))
     units = _units_of(loop, kernel, picks)
     owners = np.repeat(picks, kernel.loop_count[picks].astype(np.int64))
     expected = loop.values[:, :, units]
@@ -154,7 +143,7 @@ def periodic_loop(kernel: Kernel, compress: bool = True) -> PeriodicLoop:
     loop_count = kernel.loop_count.astype(np.int64)
     for period in ((find_period(kernel),) if compress else ()) + (kernel.grid,):
         values, masks = evaluate_steps(kernel.loop,
-                                       loop_context(kernel, np.arange(period, dtype=np.int64)))
+                                       kernel.loop_context(np.arange(period, dtype=np.int64)))
         loop = PeriodicLoop(
             period=period,
             loop_first=np.cumsum(loop_count[:period]) - loop_count[:period],
