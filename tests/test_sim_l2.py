@@ -23,22 +23,33 @@ def _layout(rows: int, cols: int, elem: int, block_rows: int, block_cols: int,
 
 def _reference(stream, capacity):
     """Textbook LRU over (key, bytes, store) with byte capacity and write-back on eviction."""
-    cache, used, hit, miss, written = OrderedDict(), 0, 0, 0, 0
-    for key, nbytes, store in stream:
+    return _reference_sized([(key, n, n, store) for key, n, store in stream], capacity)
+
+
+def _reference_sized(stream, capacity):
+    """The same over (key, valid bytes, bytes occupied, store); per access (hit, miss,
+    written back) and the cache left (key: (valid bytes, occupied, dirty))."""
+    cache, used, counts = OrderedDict(), 0, []
+    for key, nbytes, size, store in stream:
         if key in cache:
             cache.move_to_end(key)
-            size, dirty = cache[key]
-            cache[key] = (size, dirty or store)
-            hit += 0 if store else nbytes
+            valid, occupied, dirty = cache[key]
+            cache[key] = (valid, occupied, dirty or store)
+            counts.append((0 if store else nbytes, 0, 0))
             continue
-        miss += 0 if store else nbytes
-        cache[key] = (nbytes, store)
-        used += nbytes
+        written = 0
+        if size <= capacity:
+            cache[key] = (nbytes, size, store)
+            used += size
+        elif store:  # larger than the cache: streams through
+            written = nbytes
         while used > capacity:
-            _, (size, dirty) = cache.popitem(last=False)
-            used -= size
-            written += size if dirty else 0
-    return hit, miss, written, cache
+            _, (valid, occupied, dirty) = cache.popitem(last=False)
+            used -= occupied
+            written += valid if dirty else 0
+        counts.append((0, 0 if store else nbytes, written))
+    hit, miss, written = (sum(c[i] for c in counts) for i in range(3))
+    return hit, miss, written, cache, counts
 
 
 def _tiles(rows: np.ndarray, store: np.ndarray, tile_rows: int = 1, tile_cols: int = 8):
@@ -58,11 +69,11 @@ def test_lru_matches_reference_with_writeback(seed):
     rows = rng.integers(0, 400, 30_000) // rng.integers(1, 4, 30_000)  # skewed reuse
     store = rng.random(30_000) < 0.3
     out = cache.access(_tiles(rows, store))
-    hit, miss, written, resident = _reference(
+    hit, miss, written, resident, _ = _reference(
         [(int(r), 32, bool(s)) for r, s in zip(rows, store, strict=True)], 150 * 32)
     assert (out[:, 0].sum(), out[:, 1].sum(), out[:, 2].sum()) == (hit, miss, written)
     assert cache.used_bytes == 32 * len(resident)
-    dirty_left = 32 * sum(1 for _, d in resident.values() if d)
+    dirty_left = 32 * sum(1 for *_, d in resident.values() if d)
     assert cache.flush() == dirty_left
     assert cache.flush() == 0  # clean after a flush, and still resident:
     again = cache.access(_tiles(np.array(list(resident)[-5:]), np.zeros(5, dtype=bool)))
@@ -120,3 +131,57 @@ def test_snapshot_and_restore():
     again = cache.access(_tiles(np.arange(5), np.zeros(5, dtype=bool)))
     assert again[:, 0].sum() == 5 * 32
 
+
+
+def _blocks(tile, rows, cols, elem, block_rows, block_cols):
+    """The model's cut of one tile into blocks, written out: (key, valid bytes, sectors)."""
+    plane, tile_row, tile_col, tile_rows, tile_cols = tile
+    row_blocks, col_blocks = -(-rows // block_rows), -(-cols // block_cols)
+    r0, c0 = tile_row * tile_rows, tile_col * tile_cols
+    out = []
+    for br in range(r0 // block_rows, -(-min(r0 + tile_rows, rows) // block_rows)):
+        for bc in range(c0 // block_cols, -(-min(c0 + tile_cols, cols) // block_cols)):
+            valid_rows = min(block_rows, rows - br * block_rows)
+            row_bytes = min(block_cols, cols - bc * block_cols) * elem
+            if block_cols == cols:
+                sectors = -(-valid_rows * row_bytes // 32) * 32
+            else:
+                sectors = valid_rows * -(-row_bytes // 32) * 32
+            key = (plane * row_blocks + br) * col_blocks + bc
+            out.append((key, valid_rows * row_bytes, sectors))
+    return out
+
+
+@pytest.mark.parametrize(("seed", "capacity", "planes"),
+                         [(0, 3000, 40), (1, 3000, 40), (2, 240_000, 1000), (3, 100, 40)])
+def test_mixed_tiles_with_edges_match_reference_per_tile(seed, capacity, planes):
+    """Tiles of several shapes over planes whose sizes are not multiples of the blocks
+    (edge blocks are smaller), with stores and evictions; with a cache smaller than a full
+    block (those stream through), and one whose table grows after the snapshot that is
+    restored. Every tile's counts are exact."""
+    rng = np.random.default_rng(seed)
+    rows, cols, elem = 37, 50, 2
+    shapes = [(4, 8), (8, 16), (4, 24), (12, 8), (36, 48)]  # blocks of 4 x 8
+    cache = L2Cache(capacity, _layout(rows, cols, elem, 4, 8, planes))
+    tiles = np.zeros((6000, TILE_FIELDS), dtype=np.int64)
+    for j in range(tiles.shape[0]):
+        tr, tc = shapes[rng.integers(len(shapes))]
+        plane = rng.integers(planes) if j < 3000 else rng.integers(4)  # then hot planes
+        tiles[j, 1:] = (plane, rng.integers(-(-rows // tr)), rng.integers(-(-cols // tc)), tr,
+                        tc, rng.random() < 0.3)
+    stream, owner = [], []
+    for j, tile in enumerate(tiles):
+        for key, nbytes, sectors in _blocks(tile[1:6], rows, cols, elem, 4, 8):
+            stream.append((key, nbytes, sectors, bool(tile[6])))
+            owner.append(j)
+    *_, counts = _reference_sized(stream, capacity)
+    expected = np.zeros((tiles.shape[0], 3), dtype=np.int64)
+    np.add.at(expected, np.array(owner), np.array(counts))
+    first = cache.access(tiles[:100])
+    saved = cache.snapshot()
+    mask = int(cache.meta[-1])
+    rest = cache.access(tiles[100:])
+    assert capacity < 100_000 or cache.meta[-1] > mask  # the table grew
+    np.testing.assert_array_equal(np.vstack([first, rest]), expected)
+    cache.restore(saved)
+    np.testing.assert_array_equal(cache.access(tiles[100:]), expected[100:])

@@ -16,7 +16,11 @@ compute and port in turn until no level moves (each visit is one water-filling).
 
 Most of the time L2 and HBM have room (compute-bound kernels): then every SM is a problem
 of its own, and an event that changes the jobs of one SM only needs that SM solved again
-and the total draw on L2 and HBM checked. ``Rates`` keeps what that takes between events.
+and the total draw on L2 and HBM checked. When L2 or HBM limited the last answer
+(memory-bound kernels), they most likely limit the next one too: then the joint solve
+runs first, and the every-SM-alone solve only if neither limits any more (the answers are
+the same as solving in the other order; only the work thrown away differs).
+``fair_rates``' ``state`` and work arrays keep what that takes between events.
 
 Jobs sit in slots; slot ``s`` is on SM ``s % n_sm``. Arrays are indexed by slot; a slot
 with ``CP == inf`` is empty.
@@ -177,9 +181,10 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
     """Fill ``rate`` (and ``limit``: ``LIMIT_*``) for every slot.
 
     ``w`` is ``[ROWS, slots]`` of work space kept between calls; ``dirty[s]`` marks the SMs
-    whose jobs changed since the last call (cleared here); ``state`` is ``[valid, L2 draw,
-    HBM draw]``: valid when the last answer had L2 and HBM unconstrained, so that only the
-    dirty SMs need solving again.
+    whose jobs changed since the last call (cleared here); ``state`` is ``[last, L2 draw,
+    HBM draw]``: ``last`` is 1 when the last answer had L2 and HBM unconstrained (only the
+    dirty SMs need solving again, and the draws are that answer's), -1 when L2 or HBM
+    limited it (the joint solve goes first), 0 before the first call.
     """
     n = B.shape[0]
     sms = min(n_sm, n)
@@ -200,9 +205,19 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
         if state[1] <= l2_rate and state[2] <= hbm_rate:
             return
     dirty[:] = False
-    # From scratch: every SM alone first; if L2 and HBM have room, that is the answer.
     for i in range(n):
         w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
+    # The last answer had L2 or HBM limiting: most likely this one too, and then the
+    # every-SM-alone solution below would be thrown away. If L2 or HBM still limits, this
+    # is the answer the path below reaches (``_all_levels`` depends only on the inputs);
+    # if neither does, the answer is every SM alone, found below.
+    if state[0] < 0 and _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm,
+                                    level_port, w):
+        for i in range(n):
+            _finish(i, B, M, w, rate, limit)
+        return
+    # From scratch: every SM alone first; if L2 and HBM have room, that is the answer.
+    for i in range(n):
         w[_BY_SM, i] = w[_BY_L2, i] = w[_BY_PORT, i] = w[_BY_HBM, i] = np.inf
     level_sm[:] = np.inf
     level_port[:] = np.inf
@@ -227,7 +242,7 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
     if state[1] <= l2_rate and state[2] <= hbm_rate:
         state[0] = 1.0
         return
-    state[0] = 0.0
+    state[0] = -1.0
     _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port, w)
     for i in range(n):
         _finish(i, B, M, w, rate, limit)
@@ -236,7 +251,8 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
 @njit(cache=True)
 def _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port,
                 w):  # pragma: no cover - numba
-    """All levels together, visiting L2, HBM and each SM in turn until none moves."""
+    """All levels together, visiting L2, HBM and each SM in turn until none moves; returns
+    whether L2 or HBM limits (has a finite level)."""
     n = B.shape[0]
     work = w[_WORK]
     level_l2 = level_hbm = np.inf
@@ -279,4 +295,5 @@ def _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_por
         for i in range(n):
             w[_BY_PORT, i] = level_port[i % n_sm] / B[i] if B[i] > 0 else np.inf
         if moved <= _TOL:
-            return
+            break
+    return np.isfinite(level_l2) or np.isfinite(level_hbm)

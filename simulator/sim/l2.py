@@ -39,9 +39,18 @@ from traces.schedules.base import Access
 
 SECTOR_BYTES = 32
 HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics (bytes)
-_HEAD, _TAIL, _USED, _CAPACITY, _NFREE, _SHIFT, _MASK = range(7)
-# Fields of an entry, one row of 8 int64 (one CPU cache line: lookups touch one line).
-KEY, BYTES, SIZE, TENSOR, DIRTY, PREV, NEXT, SLOT = range(8)
+# Scalars of the cache state (``meta``).
+_CLOCK, _HEAD, _LENGTH, _USED, _BUCKETS, _CAPACITY, _SHIFT, _MASK = range(8)
+# Blocks are kept in groups of this many consecutive block numbers: eight int64 words
+# fill one 64-byte CPU cache line.
+GROUP_BITS = 3
+GROUP = 1 << GROUP_BITS
+_GROUP_MASK = GROUP - 1
+# A block's tag: (tensor * 4 + edges) * 2 + dirty, the low bits of its word (the stamp
+# above them is at least 1, so a resident block's word is never 0).
+TAG_BITS = 16
+_TAG_MASK = (1 << TAG_BITS) - 1
+DIRTY = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -120,27 +129,49 @@ def _sectors(rows, row_bytes, contiguous):
 class L2Cache:
     """LRU state in flat arrays, driven by compiled functions (one call per access list).
 
-    ``table`` is an open-addressing hash table (linear probing) from block number to entry;
-    ``entries`` rows hold each resident block's fields and its place in the LRU list.
+    Blocks are kept in groups of ``GROUP`` consecutive block numbers (a row of S, tiles
+    next to each other). ``group`` is an open-addressing hash table (linear probing) from
+    group number + 1 to a bucket (0: empty); bucket b holds one word per block of its
+    group, ``word[b, s] = stamp << TAG_BITS | tag`` (0: not resident), where ``stamp`` is the
+    clock value of the block's last access and ``tag`` its tensor, whether the tensor's
+    bottom or right edge cuts it (the bytes of each kind are in ``sizes``) and its dirty bit.
+
+    Recency is kept by time stamps instead of a linked list: an access stamps the block
+    with the next clock value and appends (block, stamp) to ``queue`` (a ring); the least
+    recently used block is the one of the oldest record whose stamp is still the block's
+    (a record is stale once its block is accessed again). Evictions pop records and skip
+    stale ones; when the ring is full its stale records are squeezed out (``_compact``).
+    That is exact LRU, the order a linked list would keep.
+
+    Why: with hundreds of thousands of resident blocks (naive attention's 1 x 64 blocks of
+    S) a linked list of per-block entries is larger than the CPU's caches and costs a cache
+    miss per entry and neighbour on every access. Here a group's blocks share one bucket,
+    one CPU cache line (and the table's keys are dense), and the queue is read and written
+    in order.
     """
 
     def __init__(self, capacity_bytes: int, layout: BlockLayout):
+        if layout.rows.shape[0] >= 1 << (TAG_BITS - 3):
+            raise ValueError(f"the L2 model handles at most {(1 << (TAG_BITS - 3)) - 1} "
+                             f"tensors, got {layout.rows.shape[0]}.")
         self.layout = layout
         entries = min(layout.max_resident_blocks(capacity_bytes), layout.total_blocks) + 2
-        # The table has room for twice the entries, but only a prefix of it is in use: it
-        # starts small and doubles when half full (``_grow``), so that the part in use stays
-        # in the CPU's caches (a few thousand tiles are resident in a typical run).
+        # Room for twice the buckets the resident blocks can need, but only a prefix is in
+        # use: it starts small and doubles when half full (``_grow``), so that the part in
+        # use stays in the CPU's caches; the rest is never touched (or copied).
         bits = max(4, int(2 * entries - 1).bit_length())
         start = min(bits, 10)
-        self.meta = np.array([-1, -1, 0, capacity_bytes, entries, 64 - start, (1 << start) - 1],
+        self.meta = np.array([1, 0, 0, 0, 0, capacity_bytes, 64 - start, (1 << start) - 1],
                              dtype=np.int64)
-        self.table = np.zeros(1 << bits, dtype=np.int64)  # entry + 1, 0 = empty
-        self.entries = np.zeros((entries, 8), dtype=np.int64)
-        self.free = np.arange(entries - 1, -1, -1, dtype=np.int64)  # a stack of free entries
+        self.group = _aligned_zeros((1 << bits,))
+        self.word = _aligned_zeros((1 << bits, GROUP))
+        # A ring of twice the resident blocks: after a compaction at least half is free.
+        self.queue = np.zeros((2, 2 * entries), dtype=np.int64)  # block, stamp
+        self.sizes = np.zeros((layout.rows.shape[0], 4, 2), dtype=np.int64)  # bytes, sectors
         self.stats = np.zeros((layout.rows.shape[0], 4), dtype=np.int64)
 
     def state(self) -> tuple:
-        return self.meta, self.table, self.entries, self.free, self.stats
+        return self.meta, self.group, self.word, self.queue, self.sizes, self.stats
 
     def access(self, tiles: np.ndarray) -> np.ndarray:
         """Access the tiles (rows of ``TILE_FIELDS`` columns) in order; ``[n, 3]`` bytes out."""
@@ -157,85 +188,116 @@ class L2Cache:
         return int(self.meta[_USED])
 
     def snapshot(self) -> tuple:
-        return tuple(a.copy() for a in self.state())
+        """A copy of the state; of the table only the part in use (the rest is never read:
+        ``_grow`` clears what it takes into use)."""
+        in_use = int(self.meta[_MASK]) + 1
+        return (self.meta.copy(), self.group[:in_use].copy(), self.word[:in_use].copy(),
+                self.queue.copy(), self.sizes.copy(), self.stats.copy())
 
     def restore(self, saved: tuple) -> None:
         for current, old in zip(self.state(), saved, strict=True):
-            current[...] = old
+            current[:old.shape[0]] = old
+
+
+def _aligned_zeros(shape: tuple) -> np.ndarray:
+    """int64 zeros starting on a 64-byte boundary, so that a bucket is one CPU cache line
+    (large arrays otherwise start 16 bytes past a page boundary)."""
+    count = int(np.prod(shape))
+    raw = np.zeros(count + 8, dtype=np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip:skip + count].reshape(shape)
 
 
 @njit(cache=True, inline="always")
-def _hash(key, shift):  # pragma: no cover - numba
-    return np.int64((np.uint64(key) * _GOLDEN) >> np.uint64(shift))
+def _home(g, shift):  # pragma: no cover - numba
+    """First bucket to probe for group ``g`` (Fibonacci hashing: the top bits of a product)."""
+    return np.int64((np.uint64(g) * _GOLDEN) >> np.uint64(shift))
 
 
-@njit(cache=True)
-def _find(table, ent, key, mask, shift):  # pragma: no cover - numba
-    """(table slot, entry) of ``key``; entry -1 and the free slot to use when absent."""
-    i = _hash(key, shift)
+@njit(cache=True, inline="always")
+def _bucket(group, g, mask, shift):  # pragma: no cover - numba
+    """(bucket of group ``g``, True), or (the empty bucket to use, False)."""
+    b = _home(g, shift)
     while True:
-        e = table[i]
-        if e == 0:
-            return i, -1
-        if ent[e - 1, KEY] == key:
-            return i, e - 1
-        i = (i + 1) & mask
+        k = group[b]
+        if k == g + 1:
+            return b, True
+        if k == 0:
+            return b, False
+        b = (b + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _remove(group, word, hole, mask, shift):  # pragma: no cover - numba
+    """Empty bucket ``hole``, shifting later buckets of its cluster back (linear probing
+    without tombstones)."""
+    b = hole
+    while True:
+        group[hole] = 0
+        while True:
+            b = (b + 1) & mask
+            moved = group[b]
+            if moved == 0:
+                return
+            home = _home(moved - 1, shift)
+            # The bucket at b stays if its home lies cyclically in (hole, b].
+            if not ((hole < b and hole < home <= b) or (hole > b and (home > hole or home <= b))):
+                break
+        group[hole] = moved
+        for s in range(GROUP):
+            word[hole, s] = word[b, s]
+        hole = b
 
 
 @njit(cache=True)
 def cursor(meta):  # pragma: no cover - numba
-    """The LRU list ends, bytes in use and free-entry count as local scalars.
+    """The clock, queue ring (first record, records), bytes in use and buckets in use as
+    local scalars.
 
     Hot loops keep these in locals and write them back with ``save_cursor``: kept in the
     ``meta`` array, every update would be a store the compiler must reload (the arrays may
     alias), which costs several times the lookup itself.
     """
-    return meta[_HEAD], meta[_TAIL], meta[_USED], meta[_NFREE]
+    return meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_BUCKETS]
 
 
 @njit(cache=True)
 def save_cursor(meta, cur):  # pragma: no cover - numba
-    meta[_HEAD], meta[_TAIL], meta[_USED], meta[_NFREE] = cur
-
-
-@njit(cache=True, inline="always")
-def _unlink(ent, head, tail, e):  # pragma: no cover - numba
-    p, n = ent[e, PREV], ent[e, NEXT]
-    if p >= 0:
-        ent[p, NEXT] = n
-    else:
-        head = n
-    if n >= 0:
-        ent[n, PREV] = p
-    else:
-        tail = p
-    return head, tail
-
-
-@njit(cache=True, inline="always")
-def _push_front(ent, head, tail, e):  # pragma: no cover - numba
-    ent[e, PREV] = -1
-    ent[e, NEXT] = head
-    if head >= 0:
-        ent[head, PREV] = e
-    else:
-        tail = e
-    return e, tail
+    meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_BUCKETS] = cur
 
 
 @njit(cache=True)
-def _grow(meta, table, ent, head):  # pragma: no cover - numba
-    """Double the part of the table in use and re-insert every entry (from the LRU list)."""
-    size = 2 * (meta[_MASK] + 1)
-    meta[_MASK] = size - 1
+def _grow(meta, group, word):  # pragma: no cover - numba
+    """Double the part of the table in use and re-insert every bucket."""
+    old = meta[_MASK] + 1
+    was_group, was_word = group[:old].copy(), word[:old].copy()
+    meta[_MASK] = 2 * old - 1
     meta[_SHIFT] -= 1
-    table[:size] = 0
-    e = head
-    while e >= 0:
-        i, _ = _find(table, ent, ent[e, KEY], meta[_MASK], meta[_SHIFT])
-        table[i] = e + 1
-        ent[e, SLOT] = i
-        e = ent[e, NEXT]
+    mask, shift = meta[_MASK], meta[_SHIFT]
+    group[:2 * old] = 0
+    for j in range(old):
+        if was_group[j]:
+            b, _ = _bucket(group, was_group[j] - 1, mask, shift)
+            group[b] = was_group[j]
+            word[b] = was_word[j]
+
+
+@njit(cache=True)
+def _compact(meta, group, word, queue):  # pragma: no cover - numba
+    """Drop the ring's stale records, keeping the order of the others."""
+    mask, shift = meta[_MASK], meta[_SHIFT]
+    ring = queue.shape[1]
+    r = w = meta[_HEAD]
+    kept = 0
+    for _ in range(meta[_LENGTH]):
+        block = queue[0, r]
+        b, found = _bucket(group, block >> GROUP_BITS, mask, shift)
+        if found and word[b, block & _GROUP_MASK] >> TAG_BITS == queue[1, r]:
+            queue[0, w], queue[1, w] = block, queue[1, r]
+            w = w + 1 if w + 1 < ring else 0
+            kept += 1
+        r = r + 1 if r + 1 < ring else 0
+    meta[_LENGTH] = kept
 
 
 # Columns of a tile list (``touch_tiles``).
@@ -248,22 +310,24 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
     """Access the first ``n`` tiles of ``tiles`` (one row each, columns ``T_*``) in order.
 
     Each tile is cut into its blocks and every block is looked up, allocated on a miss
-    (evicting from the LRU end until it fits) and, for a store, marked dirty. ``out[j]``
-    receives tile j's (hit, miss, written-back) bytes; stores count neither hit nor miss.
+    (evicting least recently used blocks until it fits) and, for a store, marked dirty.
+    ``out[j]`` receives tile j's (hit, miss, written-back) bytes; stores count neither hit
+    nor miss.
 
-    NOTE: the whole lookup is written out in this one function for performance: a call that
-    passes the cache arrays costs more in reference counting than the lookup itself.
+    NOTE: the whole lookup is written out in this one function (helpers are inlined) for
+    performance: a call that passes the cache arrays costs more in reference counting than
+    the lookup itself.
     """
-    meta, table, ent, free, stats = state
+    meta, group, word, queue, sizes, stats = state
     rows, cols, elem, block_rows, block_cols, row_blocks, col_blocks, base = layout
-    head, tail, used, nfree = cursor(meta)
+    clock, head, length, used, buckets = cursor(meta)
     capacity = meta[_CAPACITY]
     mask, shift = meta[_MASK], meta[_SHIFT]
-    entries = ent.shape[0]
+    ring = queue.shape[1]
     for j in range(n):
-        tensor, plane = tiles[j, T_TENSOR], tiles[j, T_PLANE]
+        t, plane = tiles[j, T_TENSOR], tiles[j, T_PLANE]
         tile_rows, tile_cols, store = tiles[j, T_ROWS], tiles[j, T_COLS], tiles[j, T_STORE]
-        n_rows, n_cols, r, c = rows[tensor], cols[tensor], block_rows[tensor], block_cols[tensor]
+        n_rows, n_cols, r, c = rows[t], cols[t], block_rows[t], block_cols[t]
         # Blocks covered; a tile of the block's own shape (the common case) needs no division.
         if tile_rows == r:
             br0 = tiles[j, T_ROW_BLOCK]
@@ -281,95 +345,106 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
         for br in range(br0, br1):
             valid_rows = min(r, n_rows - br * r)
             for bc in range(bc0, bc1):
-                row_bytes = min(c, n_cols - bc * c) * elem[tensor]
-                nbytes = valid_rows * row_bytes
-                if c == n_cols:  # the block is contiguous in memory
-                    size = (nbytes + SECTOR_BYTES - 1) // SECTOR_BYTES * SECTOR_BYTES
-                else:
-                    size = valid_rows * ((row_bytes + SECTOR_BYTES - 1) // SECTOR_BYTES
-                                         * SECTOR_BYTES)
-                key = base[tensor] + (plane * row_blocks[tensor] + br) * col_blocks[tensor] + bc
-                i, e = _find(table, ent, key, mask, shift)
-                if e >= 0:  # hit: move to the MRU end
-                    if e != head:
-                        head, tail = _unlink(ent, head, tail, e)
-                        head, tail = _push_front(ent, head, tail, e)
+                valid_cols = min(c, n_cols - bc * c)
+                row_bytes = valid_cols * elem[t]
+                valid = valid_rows * row_bytes
+                block = base[t] + (plane * row_blocks[t] + br) * col_blocks[t] + bc
+                s = block & _GROUP_MASK
+                b, found = _bucket(group, block >> GROUP_BITS, mask, shift)
+                w = word[b, s] if found else 0
+                if w:
                     if store:
-                        ent[e, DIRTY] = 1
-                        stats[tensor, WRITE] += nbytes
+                        w |= DIRTY
+                        stats[t, WRITE] += valid
                     else:
-                        stats[tensor, HIT] += nbytes
-                        hit += nbytes
-                    continue
-                if store:
-                    stats[tensor, WRITE] += nbytes
+                        stats[t, HIT] += valid
+                        hit += valid
+                    if w >> TAG_BITS == clock - 1:  # already the most recent
+                        word[b, s] = w
+                        continue
                 else:
-                    stats[tensor, MISS] += nbytes
-                    miss += nbytes
-                if size > capacity:  # larger than the whole cache: streams through
                     if store:
-                        stats[tensor, WRITEBACK] += nbytes
-                        written += nbytes
-                    continue
-                # Insert at the MRU end, then evict from the LRU end until it fits (the new
-                # block is never the victim: it is at the other end).
-                if 2 * (entries - nfree + 1) > mask + 1 and mask + 1 < table.shape[0]:
-                    _grow(meta, table, ent, head)
-                    mask, shift = meta[_MASK], meta[_SHIFT]
-                    i, _ = _find(table, ent, key, mask, shift)
-                nfree -= 1
-                e = free[nfree]
-                ent[e, KEY], ent[e, BYTES], ent[e, SIZE] = key, nbytes, size
-                ent[e, TENSOR], ent[e, DIRTY], ent[e, SLOT] = tensor, store, i
-                table[i] = e + 1
-                head, tail = _push_front(ent, head, tail, e)
-                used += size
+                        stats[t, WRITE] += valid
+                    else:
+                        stats[t, MISS] += valid
+                        miss += valid
+                    if c == n_cols:  # the block is contiguous in memory
+                        sectors = (valid + SECTOR_BYTES - 1) // SECTOR_BYTES * SECTOR_BYTES
+                    else:
+                        sectors = valid_rows * ((row_bytes + SECTOR_BYTES - 1) // SECTOR_BYTES
+                                                * SECTOR_BYTES)
+                    if sectors > capacity:  # larger than the whole cache: streams through
+                        if store:
+                            stats[t, WRITEBACK] += valid
+                            written += valid
+                        continue
+                    if not found:
+                        if 2 * (buckets + 1) > mask + 1 and mask + 1 < group.shape[0]:
+                            _grow(meta, group, word)
+                            mask, shift = meta[_MASK], meta[_SHIFT]
+                            b, _ = _bucket(group, block >> GROUP_BITS, mask, shift)
+                        group[b] = (block >> GROUP_BITS) + 1
+                        word[b] = 0
+                        buckets += 1
+                    # The block's bytes by the edges that cut it (the same for all such).
+                    edge = 2 * (valid_rows < r) + (valid_cols < c)
+                    sizes[t, edge, 0], sizes[t, edge, 1] = valid, sectors
+                    w = ((4 * t + edge) << 1) | store
+                    used += sectors
+                word[b, s] = (clock << TAG_BITS) | (w & _TAG_MASK)
+                if length == ring:
+                    save_cursor(meta, (clock, head, length, used, buckets))
+                    _compact(meta, group, word, queue)
+                    length = meta[_LENGTH]
+                at = head + length
+                at = at - ring if at >= ring else at
+                queue[0, at], queue[1, at] = block, clock
+                length += 1
+                clock += 1
+                # Evict from the front of the queue until the new block fits (it is never
+                # the victim: its record is the newest).
                 while used > capacity:
-                    v = tail
-                    # Empty v's table slot, shifting later entries of its cluster back
-                    # (linear probing without tombstones).
-                    hole = ent[v, SLOT]
-                    k = hole
-                    moved = 1
-                    while moved:
-                        table[hole] = 0
-                        while True:
-                            k = (k + 1) & mask
-                            moved = table[k]
-                            if moved == 0:
-                                break
-                            home = _hash(ent[moved - 1, KEY], shift)
-                            # The entry at k stays if its home lies cyclically in (hole, k].
-                            if ((hole < k and hole < home <= k)
-                                    or (hole > k and (home > hole or home <= k))):
-                                continue
-                            table[hole] = moved
-                            ent[moved - 1, SLOT] = hole
-                            hole = k
+                    victim, when = queue[0, head], queue[1, head]
+                    head = head + 1 if head + 1 < ring else 0
+                    length -= 1
+                    vs = victim & _GROUP_MASK
+                    v, found = _bucket(group, victim >> GROUP_BITS, mask, shift)
+                    if not found or word[v, vs] >> TAG_BITS != when:
+                        continue  # stale: the block was accessed since
+                    kind = word[v, vs] & _TAG_MASK
+                    vt, vedge = kind >> 3, (kind >> 1) & 3
+                    used -= sizes[vt, vedge, 1]
+                    if kind & DIRTY:
+                        stats[vt, WRITEBACK] += sizes[vt, vedge, 0]
+                        written += sizes[vt, vedge, 0]
+                    word[v, vs] = 0
+                    empty = True
+                    for k in range(GROUP):
+                        if word[v, k]:
+                            empty = False
                             break
-                    head, tail = _unlink(ent, head, tail, v)
-                    used -= ent[v, SIZE]
-                    if ent[v, DIRTY]:
-                        stats[ent[v, TENSOR], WRITEBACK] += ent[v, BYTES]
-                        written += ent[v, BYTES]
-                    free[nfree] = v
-                    nfree += 1
+                    if empty:
+                        _remove(group, word, v, mask, shift)
+                        buckets -= 1
         out[j, 0] = hit
         out[j, 1] = miss
         out[j, 2] = written
-    save_cursor(meta, (head, tail, used, nfree))
+    save_cursor(meta, (clock, head, length, used, buckets))
 
 
 @njit(cache=True)
 def flush(state):  # pragma: no cover - numba
     """Write back every dirty block, leaving it resident (clean)."""
-    meta, table, ent, free, stats = state
+    meta, group, word, queue, sizes, stats = state
     written = 0
-    e = meta[_HEAD]
-    while e >= 0:
-        if ent[e, DIRTY]:
-            ent[e, DIRTY] = 0
-            stats[ent[e, TENSOR], WRITEBACK] += ent[e, BYTES]
-            written += ent[e, BYTES]
-        e = ent[e, NEXT]
+    for b in range(meta[_MASK] + 1):
+        if group[b]:
+            for s in range(GROUP):
+                w = word[b, s]
+                if w & DIRTY:
+                    word[b, s] = w - DIRTY
+                    kind = w & _TAG_MASK
+                    nbytes = sizes[kind >> 3, (kind >> 1) & 3, 0]
+                    stats[kind >> 3, WRITEBACK] += nbytes
+                    written += nbytes
     return written
