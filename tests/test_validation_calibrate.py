@@ -127,3 +127,49 @@ def test_subsample_is_balanced_and_parallel_fit_agrees():
     fitted = {p["field"]: p["fitted"] for p in report["params"]}
     assert fitted["hbm_efficiency"] == pytest.approx(TRUE["hbm_efficiency"], rel=1e-3)
     assert report["held_out"]["after"]["mape_pct"] < 0.1
+
+
+def test_train_max_seq_fits_short_shapes_and_holds_out_every_length():
+    recs = synthetic_records()
+    base = load_hardware("h200-sxm")
+    _, held = split_by_shape(recs, 0.25, seed=0)
+    simulated: list[int] = []
+
+    def spy(problem, tiling, schedule, hw):
+        simulated.append(max(problem.seq_q, problem.seq_kv))
+        return additive_model(problem, tiling, schedule, hw)
+
+    report = fit(recs, base, spy, train_max_seq=1024)
+    assert report["train_max_seq"] == 1024
+    lengths = {shape_key(r): max(r["problem"]["seq_q"], r["problem"]["seq_kv"]) for r in recs}
+    assert report["train_shapes"] and all(lengths[s] <= 1024 for s in report["train_shapes"])
+    assert report["unused_train_shapes"]
+    assert all(lengths[s] > 1024 for s in report["unused_train_shapes"])
+    # the split is the unfiltered one: held-out shapes of every length, never fitted on
+    assert set(report["held_out_shapes"]) == held
+    assert max(lengths[s] for s in held) > 1024
+    assert not set(report["train_shapes"]) & held
+    unused = set(report["unused_train_shapes"])
+    assert report["n_held_out"] == sum(shape_key(r) in held for r in recs)
+    assert report["n_train"] == sum(shape_key(r) in set(report["train_shapes"]) for r in recs)
+    # long training shapes are never simulated: only held-out records exceed the limit
+    long_held = sum(lengths[shape_key(r)] > 1024 for r in recs if shape_key(r) in held)
+    assert sum(n > 1024 for n in simulated) == 2 * long_held
+    assert not unused & held
+    fitted = {p["field"]: p["fitted"] for p in report["params"]}
+    assert fitted["hbm_efficiency"] == pytest.approx(TRUE["hbm_efficiency"], rel=1e-3)
+    with pytest.raises(ProblemError, match="train-max-seq"):
+        fit(recs, base, additive_model, train_max_seq=16)
+
+
+def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    monkeypatch.setattr(predict_mod, "predict", additive_model)
+    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
+    out = tmp_path / "short.toml"
+    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
+                     "--train-max-seq", "1024", "--max-train-records", "10"]) == 0
+    header = out.read_text().split("\nname =")[0]
+    assert "training shapes up to N = 1024" in header
+    assert "at most 10 training records" in header and "training shapes left out" in header

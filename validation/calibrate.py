@@ -120,27 +120,37 @@ def _errors(pred: list[float], meas: list[float]) -> dict:
             "max_pct": stats.max_abs_error(pred, meas)}
 
 
+def sequence_length(rec: dict) -> int:
+    """The longer of a record's query and key/value lengths (what simulation cost grows
+    with: a decode record's K/V length, an attention record's N)."""
+    return max(rec["problem"]["seq_q"], rec["problem"].get("seq_kv") or 0)
+
+
 def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, seed: int = 0,
-        max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None) -> dict:
+        max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None,
+        train_max_seq: int | None = None) -> dict:
     """Fit on the training shapes, evaluate on the held-out ones; returns the report.
 
     Every evaluation re-simulates the training records, so the cost is (evaluations x
     records x one simulation): ``jobs`` spreads the records over processes (``predictor``
-    must then be a module-level function) and ``max_train_records`` fits on a seeded,
-    schedule-balanced subset of the training records (held-out shapes stay held out).
+    must then be a module-level function), ``train_max_seq`` fits only on training shapes
+    up to that sequence length (a simulation's cost grows with it; naive attention at 16k
+    takes minutes) and ``max_train_records`` on a seeded, schedule-balanced subset of the
+    training records. Neither changes the held-out shapes: they are split off first, at
+    every length, and training records left out by either are neither fitted nor reported.
     """
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             return _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-                        max_train_records)
+                        max_train_records, train_max_seq)
     return _fit(records, base, predictor, holdout_fraction, seed, max_evals, None,
-                max_train_records)
+                max_train_records, train_max_seq)
 
 
 def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-         max_train_records) -> dict:
+         max_train_records, train_max_seq) -> dict:
     from scipy.optimize import least_squares
 
     usable = [r for r in records if r["implementation"] == "triton" and r["timing"]]
@@ -150,8 +160,14 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     if not train_shapes or not held_shapes:
         raise ProblemError("calibration needs at least two shapes in one schedule (one to "
                            "fit, one held out)")
-    train = subsample([r for r in usable if shape_key(r) in train_shapes], max_train_records,
-                      seed)
+    train = subsample([r for r in usable if shape_key(r) in train_shapes
+                       and (train_max_seq is None or sequence_length(r) <= train_max_seq)],
+                      max_train_records, seed)
+    if not train:
+        raise ProblemError(f"no training record is at most {train_max_seq} long; raise "
+                           "--train-max-seq")
+    # The shapes the fit actually saw (the split's others were left out by the filters).
+    fitted_shapes = {shape_key(r) for r in train}
     held = [r for r in usable if shape_key(r) in held_shapes]
     params = fitted_params(base)
     meas_train = [r["timing"]["median_s"] for r in train]
@@ -180,7 +196,9 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
         values.append({"field": p.field, "base": getattr(base, p.field),
                        "fitted": getattr(fitted_hw, p.field), "at_bound": at_bound})
     return {"hardware": fitted_hw, "base": base.name, "params": values,
-            "train_shapes": sorted(train_shapes), "held_out_shapes": sorted(held_shapes),
+            "train_shapes": sorted(fitted_shapes), "held_out_shapes": sorted(held_shapes),
+            "unused_train_shapes": sorted(train_shapes - fitted_shapes),
+            "train_max_seq": train_max_seq, "max_train_records": max_train_records,
             "n_train": len(train), "n_held_out": len(held),
             "train": {"before": _errors(before_train, meas_train),
                       "after": _errors(after_train, meas_train)},
@@ -222,7 +240,8 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
         *[f"#   {s}" for s in sources],
         f"# Fit: least squares on log(predicted/measured time), {report['n_train']} records "
         f"of {len(report['train_shapes'])} training shapes; split by shape (seed "
-        f"{report['seed']}, held-out fraction {report['holdout_fraction']}).",
+        f"{report['seed']}, held-out fraction {report['holdout_fraction']}"
+        f"{_filters(report)}).",
         "# Train shapes:",
         *[f"#   {s}" for s in report["train_shapes"]],
         "# Held-out shapes (never fitted on):",
@@ -232,6 +251,18 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
         f"calibration {_fmt(held['before']['mape_pct'])}.",
     ]
     return "\n".join(header + lines) + "\n"
+
+
+def _filters(report: dict) -> str:
+    """What left training records out of the fit, as the preset's header says it."""
+    out = ""
+    if report.get("train_max_seq") is not None:
+        out += f"; training shapes up to N = {report['train_max_seq']}"
+    if report.get("max_train_records") is not None:
+        out += f"; at most {report['max_train_records']} training records"
+    if report.get("unused_train_shapes"):
+        out += f"; {len(report['unused_train_shapes'])} training shapes left out"
+    return out
 
 
 def _fmt(v) -> str:

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
                    help="processes that simulate the training records (default 1)")
     p.add_argument("--max-train-records", type=int, default=None,
                    help="fit on at most this many training records (schedule-balanced)")
+    p.add_argument("--train-max-seq", type=int, default=None,
+                   help="fit only on training shapes up to this sequence length (simulation "
+                        "time grows with it); held-out shapes keep every length")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run)
 
@@ -44,7 +47,8 @@ def run(args) -> int:
     for err in errors:
         sys.stderr.write(f"tilesim: warning: skipped {err}\n")
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
-                 jobs=args.jobs, max_train_records=args.max_train_records)
+                 jobs=args.jobs, max_train_records=args.max_train_records,
+                 train_max_seq=args.train_max_seq)
     text = calibrated_toml(base_path.read_text(), report, out.stem, record_sources(args.records))
     write_atomically(out, lambda tmp: tmp.write_text(text))
     load_hardware(out)  # the written preset must load
@@ -68,9 +72,11 @@ def run(args) -> int:
         console.print(f"{part.replace('_', '-')}: {a['n']} records, time MAPE "
                       f"{_f(b['mape_pct'])} -> {_f(a['mape_pct'])}, max {_f(b['max_pct'])} -> "
                       f"{_f(a['max_pct'])}")
+    unused = report["unused_train_shapes"]
     console.print(f"{len(report['train_shapes'])} training shapes, "
-                  f"{len(report['held_out_shapes'])} held out; {report['evaluations']} "
-                  f"evaluations ({report['message']})")
+                  f"{len(report['held_out_shapes'])} held out"
+                  f"{f', {len(unused)} left out of the fit' if unused else ''}; "
+                  f"{report['evaluations']} evaluations ({report['message']})")
     return 0
 
 
