@@ -61,15 +61,33 @@ def test_dry_run_prints_plan_and_estimate(monkeypatch, capsys):
     assert "time estimate" in text and "fits" in text
 
 
-def test_choose_keeps_the_best_and_spreads_the_rest():
+def test_choose_keeps_the_best_its_runner_up_and_spreads_the_rest():
     # rows = lengths, columns = candidates
-    table = [[1.0, 1.01, 2.0, 3.0, 4.0, 8.0],
-             [2.0, 2.02, 4.0, 6.0, 8.0, 16.0]]
+    table = [[1.0, 1.01, 1.1, 2.0, 3.0, 4.0, 8.0],
+             [2.0, 2.02, 2.2, 4.0, 6.0, 8.0, 16.0]]
     chosen, gap = matrix.choose(table, k=4)
-    assert chosen[0] == 0 and 1 not in chosen  # 1% from the best is not "different"
-    assert len(set(chosen)) == 4 and gap >= 0.5
+    # 1 is within 1% of the best (not "different"); 2 is the next best, 10% apart.
+    assert chosen[:2] == [0, 2] and 1 not in chosen
+    # The other two span the range: {1, 3, 8} has the widest smallest gap with the best
+    # (2x and 2.67x) of all pairs from {2, 3, 4, 8}.
+    assert chosen[2:] == [4, 6]
+    assert gap == pytest.approx(0.1)
     with pytest.raises(ValueError):
         matrix.choose([[1.0, 2.0]], k=4)
+
+
+def test_choose_falls_back_to_the_second_best_when_nothing_is_apart():
+    # At the first length every candidate is within 2% of the best.
+    table = [[1.0, 1.005, 1.01, 1.015], [1.0, 1.5, 2.0, 3.0]]
+    chosen, gap = matrix.choose(table, k=4)
+    assert chosen == [0, 1, 2, 3] and gap == pytest.approx((1.015 - 1.01) / 1.01)
+
+
+def test_choose_ranks_by_geometric_mean_over_lengths():
+    # Candidate 1 wins at the first length, candidate 0 over both (1 x 2 < 0.9 x 4).
+    table = [[1.0, 0.9, 5.0, 20.0, 40.0], [2.0, 4.0, 10.0, 40.0, 80.0]]
+    chosen, _ = matrix.choose(table, k=4)
+    assert chosen[:2] == [0, 1]
 
 
 def _roofline_predictor(problem, tiling, schedule, hw):

@@ -3,17 +3,18 @@
 A matrix is a list of groups (schedule, pass, head dim, causal) and sequence lengths. Per
 group, the tilings are chosen from a candidate pool by asking the model: every candidate is
 predicted at every sequence length of the group, and four are kept that the model rates
-differently at every length — the predicted best (by geometric mean over the lengths) and
-the three that spread the ratings most. One set per group, not per shape: Triton compiles a
-kernel per (tiling, head dim, causal), not per sequence length, so sharing the set keeps
-compile time — the largest cost of a device run — small. Without the timing simulator the
-ratings are the exact global-memory bytes (count-based distinctness), and the plan says so.
+differently at every length — the predicted best (by geometric mean over the lengths), its
+runner-up, and two that spread the ratings (``choose``). One set per group, not per
+shape: Triton compiles a kernel per (tiling, head dim, causal), not per sequence length,
+so sharing the set keeps compile time — the largest cost of a device run — small.
+Without the timing simulator the ratings are the exact global-memory bytes (count-based
+distinctness), and the plan says so.
 
 The result is a plan (``tilesim.plan/1``): configs in measurement order (shapes interleaved
 across groups, so a run cut short by its time budget still covers every group), the
 PyTorch peers of every problem, and every legal candidate's ratings per group
-(``candidate_ratings``; the default plan frozen on 2026-11-30 predates them), so that a new
-selection rule can be applied without rating the candidates again. Plans are frozen into
+(``candidate_ratings``), so that a new selection rule can be applied without rating the
+candidates again. Plans are frozen into
 ``validation/plans/<name>.json`` by ``python -m validation.matrix write default quick``, so
 that the GPU machine needs no model.
 """
@@ -152,19 +153,29 @@ def _min_gap(combo: tuple[int, ...], table: list[list[float]]) -> float:
 def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[int], float]:
     """Indices of ``k`` candidates (columns of ``table``, rows = lengths) to measure.
 
-    Always the candidate with the best geometric-mean rating, plus the ``k - 1`` others that
-    maximise the smallest relative gap between any two chosen ratings at any length.
-    Returns the indices (best first) and that gap.
+    Always the candidate with the best geometric-mean rating and its runner-up: the next
+    best that is rated at least ``MIN_GAP`` apart from it at every length (the second best
+    overall if none is). Measuring the close call is what makes the regret of the
+    predicted-best tiling a test of the model: against tilings rated far worse, it only
+    tests gross errors. The ``k - 2`` others spread the ratings: they maximise the
+    smallest relative gap between any two chosen ratings at any length, then the smallest
+    gap among them and the best alone (so they also span the range when the close call
+    sets the first gap). Returns the indices (best, runner-up, the others from fastest
+    rated) and the smallest gap of the chosen set.
     """
     n = len(table[0])
     if n < k:
         raise ValueError(f"need at least {k} legal candidates, got {n}")
     geo = [sum(math.log(row[i]) for row in table) for i in range(n)]
-    best = min(range(n), key=lambda i: geo[i])
-    others = [i for i in range(n) if i != best]
-    combo = max(itertools.combinations(others, k - 1),
-                key=lambda c: (_min_gap((best, *c), table), -sum(c)))
-    chosen = [best, *sorted(combo, key=lambda i: geo[i])]
+    ranked = sorted(range(n), key=lambda i: (geo[i], i))
+    best = ranked[0]
+    apart = [i for i in ranked[1:] if _min_gap((best, i), table) >= MIN_GAP]
+    runner_up = (apart or ranked[1:])[0]
+    others = [i for i in range(n) if i not in (best, runner_up)]
+    combo = max(itertools.combinations(others, k - 2),
+                key=lambda c: (_min_gap((best, runner_up, *c), table),
+                               _min_gap((best, *c), table), -sum(c)))
+    chosen = [best, runner_up, *sorted(combo, key=lambda i: geo[i])]
     return chosen, _min_gap(tuple(chosen), table)
 
 
