@@ -134,6 +134,14 @@ def test_cli_end_to_end_with_stub_json_and_plot(tmp_path, monkeypatch, capsys):
     assert run_cli(["reconcile", str(path)], monkeypatch) == 0
     text = capsys.readouterr().out
     assert "SYNTHETIC" in text and "target time_mape_pct" in text
+    saved = tmp_path / "report.json"
+    assert run_cli(["reconcile", str(path), "--save", str(saved)], monkeypatch) == 0
+    text = capsys.readouterr().out
+    assert "target time_mape_pct" in text and f"wrote {saved}" in text.replace("\n", "")
+    assert json.loads(saved.read_text()) == report  # the same report as --json printed
+    assert run_cli(["reconcile", str(path), "--save", str(tmp_path / "no" / "r.json")],
+                   monkeypatch) == 2
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_cli_with_the_real_model(tmp_path, monkeypatch, capsys):

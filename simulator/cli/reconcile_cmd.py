@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -13,6 +14,9 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", default=None, help="write predicted-vs-measured scatter (.png)")
     p.add_argument("--summary-only", action="store_true", help="no per-config table")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--save", default=None, metavar="PATH",
+                   help="also write the report as JSON to PATH (the tables still print: one "
+                        "prediction run gives both)")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes predicting the records (default 1; naive attention at "
                         "N = 16k takes minutes per record)")
@@ -20,7 +24,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import print_json
+    from simulator.cli.common import print_json, write_atomically
     from traces.problem import ProblemError
     from validation import report as rp
     from validation.reconcile import reconcile
@@ -37,6 +41,9 @@ def run(args) -> int:
     report["skipped_lines"] = [str(e) for e in errors]
     if args.plot:
         rp.plot(report, args.plot)
+    if args.save:
+        text = json.dumps(report, indent=1) + "\n"
+        write_atomically(args.save, lambda tmp: tmp.write_text(text))
     if args.json:
         print_json(report)
         return 0
@@ -47,6 +54,7 @@ def run(args) -> int:
         console.print(table)
     for line in rp.target_lines(report):
         console.print(line)
-    if args.plot:
-        console.print(f"wrote {args.plot}")
+    for path in (args.plot, args.save):
+        if path:
+            console.print(f"wrote {path}")
     return 0
