@@ -11,7 +11,7 @@ import pytest
 
 import simulator.cli as cli
 from simulator.hardware import load_hardware
-from traces.problem import AttentionProblem
+from traces.problem import AttentionProblem, ProblemError
 from validation import matrix
 from validation.estimate import estimate
 
@@ -104,6 +104,11 @@ def _roofline_predictor(problem, tiling, schedule, hw):
     return pred
 
 
+def _group_label(cfg: dict) -> str:
+    p = cfg["problem"]
+    return f"{cfg['schedule']} {p['pass']} d={p['head_dim']}{' causal' if p['causal'] else ''}"
+
+
 def test_quick_plan_is_sound():
     hw = load_hardware("h200-sxm")
     plan = matrix.build_plan("quick", hw, _roofline_predictor, "roofline stand-in")
@@ -126,8 +131,7 @@ def test_quick_plan_is_sound():
     assert len(rated) == len(matrix.groups_for("quick"))
     for cfg in plan["configs"]:
         p = cfg["problem"]
-        group = rated[f"{cfg['schedule']} {p['pass']} d={p['head_dim']}"
-                      f"{' causal' if p['causal'] else ''}"]
+        group = rated[_group_label(cfg)]
         i = group["tilings"].index(cfg["tiling"])
         assert i in group["chosen"]
         assert cfg["rating"] == group["ratings"][i][group["seqs"].index(p["seq_kv"])]
@@ -137,6 +141,68 @@ def test_quick_plan_is_sound():
     e = estimate(plan, 10, 40, 15)
     assert e["counts"]["configs"] == len(plan["configs"])
     assert e["counts"]["profiled_launches"] == sum(len(c["kernels"]) for c in plan["configs"])
+
+
+def _same_plan(a: dict, b: dict) -> bool:
+    keys = ("configs", "peers", "candidate_ratings", "notes", "selected_by", "sha256")
+    return all(a[k] == b[k] for k in keys)
+
+
+def test_reselect_from_kept_ratings_needs_no_model():
+    hw = load_hardware("h200-sxm")
+    plan = matrix.build_plan("quick", hw, _roofline_predictor, "roofline stand-in")
+    # The same rule on the kept ratings gives the same plan.
+    assert _same_plan(matrix.reselect_plan(plan, hw), plan)
+    # Make the slowest-rated tiling of one group the fastest at every length: it must come
+    # first, with its kept time as the config's expected time.
+    edited = json.loads(json.dumps(plan))
+    group = edited["candidate_ratings"][0]
+    slow = max(range(len(group["tilings"])), key=lambda i: group["ratings"][i][0])
+    group["ratings"][slow] = [0.5 * min(r[j] for r in group["ratings"])
+                              for j in range(len(group["seqs"]))]
+    again = matrix.reselect_plan(edited, hw)
+    assert again["candidate_ratings"][0]["chosen"][0] == slow
+    assert again["sha256"] == matrix.plan_hash(again) != plan["sha256"]
+    picked = [c for c in again["configs"] if c["tiling"] == group["tilings"][slow]
+              and _group_label(c) == group["group"]]
+    assert len(picked) == len(group["seqs"])
+    for cfg in picked:
+        at = group["seqs"].index(cfg["problem"]["seq_kv"])
+        assert cfg["rating"] == group["ratings"][slow][at]
+        assert cfg["est_time_s"] == group["times"][slow][at]
+    # What a plan must keep for it, and groups that are not the matrix's any more.
+    no_times = json.loads(json.dumps(plan))
+    del no_times["candidate_ratings"][0]["times"]
+    with pytest.raises(ProblemError, match="expected times"):
+        matrix.reselect_plan(no_times, hw)
+    with pytest.raises(ProblemError, match="no candidate ratings"):
+        matrix.reselect_plan({k: v for k, v in plan.items() if k != "candidate_ratings"}, hw)
+    moved = json.loads(json.dumps(plan))
+    moved["candidate_ratings"][0]["seqs"] = [123]
+    with pytest.raises(ProblemError, match="not the matrix's"):
+        matrix.reselect_plan(moved, hw)
+
+
+def test_reselect_the_frozen_quick_plan():
+    """The simulator's ratings are its predicted times: a frozen plan without kept times
+    can still be chosen again, and the result follows ``choose`` on its ratings."""
+    frozen = matrix.load_plan("quick")
+    if "candidate_ratings" not in frozen:
+        pytest.skip("the frozen quick plan keeps no candidate ratings")
+    plan = matrix.reselect_plan(frozen, load_hardware(frozen["hardware"]))
+    for group in plan["candidate_ratings"]:
+        chosen, _ = matrix.choose([list(r) for r in zip(*group["ratings"], strict=True)])
+        assert group["chosen"] == chosen
+        assert group["times"] == group["ratings"]
+    assert plan["sha256"] == matrix.plan_hash(plan)
+    assert sum(len(g["chosen"]) * len(g["seqs"]) for g in plan["candidate_ratings"]) == len(
+        plan["configs"])
+
+
+def test_matrix_tool_errors_are_one_line(capsys):
+    assert matrix.main(["reselect", "/nonexistent/plan.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot read plan")
 
 
 def test_default_matrix_groups_and_naive_memory_rule():

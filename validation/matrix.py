@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +164,7 @@ def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[i
     sets the first gap). Returns the indices (best, runner-up, the others from fastest
     rated) and the smallest gap of the chosen set.
     """
-    n = len(table[0])
+    n = len(table[0]) if table else 0
     if n < k:
         raise ValueError(f"need at least {k} legal candidates, got {n}")
     geo = [sum(math.log(row[i]) for row in table) for i in range(n)]
@@ -200,6 +201,35 @@ def compile_key(schedule: str, p: AttentionProblem, t: Tiling) -> str:
             f"-{block_m}n{t.block_n}-s{t.num_stages}-w{t.num_warps}{seq}")
 
 
+@dataclass
+class RatedGroup:
+    """A group's legal candidates and their ratings and expected times (``[length][i]``)."""
+
+    group: Group
+    seqs: list[int]
+    legal: list[Tiling]
+    columns: list[list[float]]
+    times: list[list[float]]
+
+
+def _transpose(table: list[list[float]]) -> list[list[float]]:
+    """Per candidate <-> per length (plans keep ratings per candidate; ``choose`` takes them
+    per length)."""
+    return [list(row) for row in zip(*table, strict=True)]
+
+
+def _lengths(groups: list[Group], hw) -> tuple[dict, list[str]]:
+    """Each group's sequence lengths that run on ``hw``, and notes on those left out."""
+    seqs_of, notes = {}, []
+    for group in groups:
+        seqs_of[group] = [n for n in group.seqs if group.schedule != "naive"
+                          or naive_fits(group.problem(n), hw.hbm_bytes)]
+        if len(seqs_of[group]) < len(group.seqs):
+            notes.append(f"{group.label}: N={sorted(set(group.seqs) - set(seqs_of[group]))} "
+                         "left out, N x N does not fit")
+    return seqs_of, notes
+
+
 def build_plan(name: str, hw, predictor: Predictor, model: str,
                aot=None, log=lambda *_: None, jobs: int = 1) -> dict:
     """Choose the tilings of every group and lay out the measurement order.
@@ -210,19 +240,13 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
     (``predictor`` must then be a module-level function).
     """
     by = "simulator" if model == "simulator" else "counts"
-    per_group, notes, candidate_ratings = [], [], []
     groups = groups_for(name)
-    seqs_of = {}
-    for group in groups:
-        seqs_of[group] = [n for n in group.seqs if group.schedule != "naive"
-                          or naive_fits(group.problem(n), hw.hbm_bytes)]
-        if len(seqs_of[group]) < len(group.seqs):
-            notes.append(f"{group.label}: N={sorted(set(group.seqs) - set(seqs_of[group]))} "
-                         "left out, N x N does not fit")
+    seqs_of, notes = _lengths(groups, hw)
     tasks = [(predictor, group.schedule, group.problem(n), t, hw, by)
              for group in groups for t in group.candidates() for n in seqs_of[group]]
     rated = map_tasks(_rate, tasks, jobs, chunksize=4)
     results = dict(zip(((t[1], t[2], t[3]) for t in tasks), rated, strict=True))
+    rated_groups = []
     for group in groups:
         seqs = seqs_of[group]
         table, times, legal = [], [], []
@@ -232,7 +256,53 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
                 table.append([c[0] for c in cells])
                 times.append([c[1] for c in cells])
                 legal.append(t)
-        columns = [[table[c][r] for c in range(len(legal))] for r in range(len(seqs))]
+        rated_groups.append(RatedGroup(group, seqs, legal, _transpose(table),
+                                       _transpose(times)))
+    return _assemble(name, hw, by, rated_groups, notes, aot, log)
+
+
+def reselect_plan(plan: dict, hw, aot=None, log=lambda *_: None) -> dict:
+    """The plan with its tilings chosen again, by ``choose``, from the candidate ratings it
+    keeps — no model runs (a plan frozen by the simulator costs an hour to rate again).
+
+    The groups, lengths and candidates must still be the matrix's; a plan whose candidates
+    were rated by counts needs its expected times, which plans keep from 2026-11-30 on.
+    """
+    if "candidate_ratings" not in plan:
+        raise ProblemError(f'plan "{plan["name"]}" keeps no candidate ratings; write it again')
+    groups = {g.label: g for g in groups_for(plan["name"])}
+    seqs_of, notes = _lengths(list(groups.values()), hw)
+    rated_groups = []
+    for entry in plan["candidate_ratings"]:
+        group = groups.get(entry["group"])
+        if group is None or entry["seqs"] != seqs_of[group]:
+            raise ProblemError(f'plan "{plan["name"]}": group {entry["group"]} is not the '
+                               "matrix's any more; write the plan again")
+        legal = [Tiling.from_dict(t) for t in entry["tilings"]]
+        candidates = group.candidates()
+        if any(t not in candidates for t in legal):
+            raise ProblemError(f'plan "{plan["name"]}": {entry["group"]} has tilings that are '
+                               "no longer candidates; write the plan again")
+        times = entry.get("times")
+        if times is None:
+            if plan["selected_by"] != "simulator":
+                raise ProblemError(f'plan "{plan["name"]}" keeps no expected times; write it '
+                                   "again")
+            times = entry["ratings"]  # the simulator's ratings are its predicted times
+        rated_groups.append(RatedGroup(group, entry["seqs"], legal,
+                                       _transpose(entry["ratings"]), _transpose(times)))
+    if len(rated_groups) != len(groups):
+        raise ProblemError(f'plan "{plan["name"]}" does not rate every group of the matrix; '
+                           "write it again")
+    return _assemble(plan["name"], hw, plan["selected_by"], rated_groups, notes, aot, log)
+
+
+def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: list[str], aot,
+              log) -> dict:
+    """Choose each group's tilings and lay out the plan (configs, peers, ratings)."""
+    per_group, candidate_ratings = [], []
+    for rg in rated_groups:
+        group, seqs, legal, columns = rg.group, rg.seqs, rg.legal, rg.columns
         chosen, gap = choose(columns)
         if aot is not None:
             chosen, gap = _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log)
@@ -242,10 +312,10 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
         log(f"{group.label}: " + ", ".join(legal[i].describe() for i in chosen))
         candidate_ratings.append({
             "group": group.label, "seqs": seqs, "tilings": [t.to_dict() for t in legal],
-            "ratings": [[row[i] for row in columns] for i in range(len(legal))],
+            "ratings": _transpose(columns), "times": _transpose(rg.times),
             "chosen": chosen})
-        per_group.append((group, seqs, [(legal[i], [row[i] for row in columns], times[i])
-                                        for i in chosen]))
+        per_group.append((group, seqs, [(legal[i], [row[i] for row in columns],
+                                         [row[i] for row in rg.times]) for i in chosen]))
     configs, peers, seen_problems = [], [], set()
     for n in SEQ_PRIORITY:
         for group, seqs, chosen in per_group:
@@ -273,8 +343,9 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
             "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP, "notes": notes,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "configs": configs, "peers": peers,
-            # Every legal candidate's rating at every length, so that a new selection rule
-            # can be applied to a frozen plan without rating the candidates again.
+            # Every legal candidate's rating and expected time at every length, so that a
+            # new selection rule can be applied to a frozen plan without rating the
+            # candidates again (``reselect_plan``).
             "candidate_ratings": candidate_ratings}
     plan["sha256"] = plan_hash(plan)
     return plan
@@ -354,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m validation.matrix",
                                      description="choose the tilings and freeze plans")
-    parser.add_argument("action", choices=["write", "show"])
+    parser.add_argument("action", choices=["write", "show", "reselect"],
+                        help="write: rate the candidates and freeze; show: the same without "
+                             "writing; reselect: choose again from a frozen plan's ratings")
     parser.add_argument("names", nargs="+", help="matrix names: default, quick")
     parser.add_argument("--hardware", default="h200-sxm")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -364,17 +437,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     hw = load_hardware(args.hardware)
     aot = None
-    if not args.no_aot and args.action == "write":
+    if not args.no_aot and args.action != "show":
         from validation.compile import aot_check
         aot = aot_check
     for name in args.names:
-        plan = build_plan(name, hw, predict.predict, predict.model_name(), aot=aot, log=print,
-                          jobs=args.jobs)
+        try:
+            if args.action == "reselect":
+                frozen = load_plan(name)
+                plan = reselect_plan(frozen, load_hardware(frozen["hardware"]), aot=aot,
+                                     log=print)
+            else:
+                plan = build_plan(name, hw, predict.predict, predict.model_name(), aot=aot,
+                                  log=print, jobs=args.jobs)
+        except ProblemError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"{name}: {len(plan['configs'])} configs, {len(plan['peers'])} peers, "
               f"tilings selected by {plan['selected_by']}")
         for note in plan["notes"]:
             print(f"  note: {note}")
-        if args.action == "write":
+        if args.action != "show":
             PLAN_DIR.mkdir(exist_ok=True)
             text = json.dumps(plan, indent=1) + "\n"
             write_atomically(PLAN_DIR / f"{name}.json", lambda p, t=text: p.write_text(t))
