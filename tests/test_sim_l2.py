@@ -132,7 +132,6 @@ def test_snapshot_and_restore():
     assert again[:, 0].sum() == 5 * 32
 
 
-
 def _blocks(tile, rows, cols, elem, block_rows, block_cols):
     """The model's cut of one tile into blocks, written out: (key, valid bytes, sectors)."""
     plane, tile_row, tile_col, tile_rows, tile_cols = tile
