@@ -90,7 +90,9 @@ def _time_one(task) -> float:
     return pred["time_s"]
 
 
-def _times(records: list[dict], hw, predictor, pool=None) -> list[float]:
+def predicted_times(records: list[dict], hw, predictor, pool=None) -> list[float]:
+    """The model's time for each record on ``hw`` (one evaluation of the fit), in ``pool``'s
+    processes if given."""
     tasks = [(predictor, rec, hw) for rec in records]
     if pool is None:
         return [_time_one(task) for task in tasks]
@@ -177,19 +179,20 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     def residuals(x) -> list[float]:
         key = tuple(round(v, 12) for v in x)
         if key not in cache:
-            cache[key] = _times(train, to_hardware(base, params, x), predictor, pool)
+            cache[key] = predicted_times(train, to_hardware(base, params, x), predictor,
+                                         pool)
         return [math.log(p / m) for p, m in zip(cache[key], meas_train, strict=True)]
 
     x0 = initial(base, params)
-    before_train = _times(train, base, predictor, pool)
+    before_train = predicted_times(train, base, predictor, pool)
     result = least_squares(residuals, x0, bounds=([p.lo for p in params],
                                                   [p.hi for p in params]),
                            diff_step=1e-3, x_scale="jac", max_nfev=max_evals)
     fitted_hw = to_hardware(base, params, result.x)
-    after_train = _times(train, fitted_hw, predictor, pool)
+    after_train = predicted_times(train, fitted_hw, predictor, pool)
     # The held-out records are predicted only here, after the fit is final.
-    before_held = _times(held, base, predictor, pool)
-    after_held = _times(held, fitted_hw, predictor, pool)
+    before_held = predicted_times(held, base, predictor, pool)
+    after_held = predicted_times(held, fitted_hw, predictor, pool)
     values = []
     for p, v in zip(params, result.x, strict=True):
         at_bound = math.isclose(v, p.lo, abs_tol=1e-6) or math.isclose(v, p.hi, abs_tol=1e-6)
