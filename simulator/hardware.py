@@ -118,13 +118,13 @@ class Hardware:
     def l2_effective_bytes_per_s(self) -> float:
         return self.l2_bandwidth_bytes_per_s * self.l2_efficiency
 
-    def tensor_rate(self, dtype: str, async_mma: bool = True) -> float:
+    def tensor_rate(self, dtype: str, wgmma: bool = True) -> float:
         """Achievable tensor-core FLOP/s for inputs of ``dtype``.
 
-        ``async_mma``: the matmuls are Hopper's asynchronous wgmma, else synchronous mma
+        ``wgmma``: the matmuls are Hopper's asynchronous wgmma, else synchronous mma
         (the only kind before sm_90, where both efficiencies are the same).
         """
-        efficiency = self.tensor_efficiency if async_mma else self.tensor_sync_efficiency
+        efficiency = self.tensor_efficiency if wgmma else self.tensor_sync_efficiency
         return self.tensor_flops_per_s[dtype] * efficiency
 
     def to_dict(self) -> dict:

@@ -83,13 +83,13 @@ def _mma_rows_of_schedules(tiling: Tiling) -> dict[str, int]:
 
 
 def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel):
-    """The simulator's wgmma rule (``compute.async_mma``) against the sm_90 PTX.
+    """The simulator's wgmma rule (``compute.uses_wgmma``) against the sm_90 PTX.
 
     SMALL (64 x 32) gives the kernels whose matmuls have BM rows wgmma and those with BN
     rows mma.sync; TALL (32 x 64) the other way round; 8 warps do not change the rule.
     """
     from simulator.hardware import load_hardware
-    from simulator.sim.compute import async_mma
+    from simulator.sim.compute import uses_wgmma
 
     hw = load_hardware("h200-sxm")
     tall = [Tiling(block_m=32, block_n=64, num_stages=2, num_warps=4),
@@ -105,7 +105,7 @@ def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel):
         if r.kernel not in DOT_KERNELS:
             assert rows == 0 and r.wgmma_ops == 0 and r.mma_sync_ops == 0, r.kernel
             continue
-        wgmma = async_mma(hw, rows, r.num_warps)
+        wgmma = uses_wgmma(hw, rows, r.num_warps)
         seen.add(wgmma)
         label = f"{r.kernel} {r.block_m}x{r.block_n} warps={r.num_warps} ({rows} rows)"
         assert (r.wgmma_ops > 0) == wgmma, label

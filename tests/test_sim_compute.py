@@ -16,7 +16,7 @@ import pytest
 
 from simulator.hardware import load_hardware
 from simulator.sim import run
-from simulator.sim.compute import async_mma, path_seconds
+from simulator.sim.compute import path_seconds, uses_wgmma
 from simulator.sim.program import schedule_programs
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
@@ -89,11 +89,11 @@ def test_resident_ctas_overlap_up_to_the_busiest_unit():
 
 def test_wgmma_needs_sm90_whole_warpgroups_and_rows_in_64s():
     h200, a100 = load_hardware("h200-sxm"), load_hardware("a100-sxm4-80gb")
-    assert async_mma(h200, 64, 4) and async_mma(h200, 128, 8)
-    assert not async_mma(h200, 32, 4)  # rows not a multiple of 64
-    assert not async_mma(h200, 64, 2)  # no whole warpgroup
-    assert not async_mma(h200, 0, 4)  # no matmul
-    assert not async_mma(a100, 128, 8)  # no wgmma before sm_90
+    assert uses_wgmma(h200, 64, 4) and uses_wgmma(h200, 128, 8)
+    assert not uses_wgmma(h200, 32, 4)  # rows not a multiple of 64
+    assert not uses_wgmma(h200, 64, 2)  # no whole warpgroup
+    assert not uses_wgmma(h200, 0, 4)  # no matmul
+    assert not uses_wgmma(a100, 128, 8)  # no wgmma before sm_90
 
 
 def test_synchronous_mma_runs_at_its_own_efficiency():

@@ -7,7 +7,7 @@ import pytest
 
 from simulator.counting import closed_form
 from simulator.hardware import load_hardware
-from simulator.sim.compute import async_mma, sm_rates
+from simulator.sim.compute import sm_rates, uses_wgmma
 from simulator.sim.program import kernel_program, schedule_programs
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
@@ -68,7 +68,7 @@ def test_totals_are_the_closed_form_counts(name, problem, tiling):
     for kernel, prog, count in zip(sched.kernels, schedule_programs(sched, HW),
                                    closed_form(problem, tiling, name), strict=True):
         rates = sm_rates(HW, problem.dtype,
-                         async_mma(HW, kernel.mma_rows, tiling.num_warps))
+                         uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
         totals = prog.totals()
         assert totals["load_bytes"].sum() == sum(count.reads.values())
         assert totals["store_bytes"].sum() == sum(count.writes.values())

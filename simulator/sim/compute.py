@@ -6,7 +6,7 @@ divided evenly over the SMs:
 
 - tensor cores: ``tensor_flops_per_s[dtype] x tensor_efficiency`` (fp32 inputs mean TF32)
   when the kernel's matmuls compile to Hopper's asynchronous wgmma, ``x
-  tensor_sync_efficiency`` when they compile to synchronous mma (``async_mma``);
+  tensor_sync_efficiency`` when they compile to synchronous mma.sync (``uses_wgmma`` says which);
 - special-function unit: ``exp_ops_per_s`` (FA3 §3.1 counts 16 ops/SM/clock);
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput.
@@ -47,7 +47,7 @@ WARPGROUP_WARPS = 4
 WGMMA_ROWS = 64
 
 
-def async_mma(hw: Hardware, mma_rows: int, num_warps: int) -> bool:
+def uses_wgmma(hw: Hardware, mma_rows: int, num_warps: int) -> bool:
     """Whether a kernel whose matmuls have ``mma_rows`` rows compiles to wgmma."""
     return (hw.compute_capability == 90 and mma_rows > 0 and mma_rows % WGMMA_ROWS == 0
             and num_warps % WARPGROUP_WARPS == 0)

@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator.hardware import Hardware
 from simulator.occupancy import Residency, residency
-from simulator.sim.compute import async_mma, path_seconds, unit_seconds
+from simulator.sim.compute import path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
 from traces.schedules.period import evaluate_steps, periodic_loop
@@ -115,7 +115,7 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
               hw: Hardware, wgmma: bool) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
-    for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.async_mma``)."""
+    for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``)."""
     values, masks = evaluated
     units = masks.shape[1]
     names = schedule.tensor_names
@@ -154,7 +154,7 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop."""
     res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
     cta_ctx = kernel.cta_context()
-    wgmma = async_mma(hw, kernel.mma_rows, schedule.tiling.num_warps)
+    wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx), schedule, hw, wgmma)
     post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx), schedule, hw, wgmma)
     loop_count = kernel.loop_count.astype(np.int64)

@@ -96,7 +96,7 @@ class Kernel:
     ``sram_bytes`` is the shared memory one CTA holds (streamed tiles times ``num_stages``).
     ``mma_rows`` is the M (rows) of every tensor-core matmul one CTA of the kernel's Triton
     twin issues, 0 if it has none: the compiler picks the tensor-core instruction by it
-    (``simulator.sim.compute.async_mma``; ``tests/test_kernels_aot.py`` checks the rule
+    (``simulator.sim.compute.uses_wgmma``; ``tests/test_kernels_aot.py`` checks the rule
     against the compiled kernels).
     """
 
