@@ -62,19 +62,41 @@ def test_period_of_fa2_is_the_q_blocks_of_one_head():
     assert find_period(fa1) == 1
 
 
-@pytest.mark.parametrize("name,problem,tiling", CASES)
+# Lengths that are multiples of the tiles, decode groups of 16 rows (G * Nq) and a power of
+# two of query rows: no tile is partial or padded, so the work issued is the work counted.
+ALIGNED = [
+    ("fa2", AttentionProblem(2, 4, 256, 64, kv_heads=2, causal=True, pass_="fwd+bwd"),
+     Tiling(64, 32)),
+    ("fa2", AttentionProblem(1, 3, 192, 32, seq_kv=320), Tiling(32, 64, 3)),
+    ("naive", AttentionProblem(1, 4, 128, 64, kv_heads=2, causal=True, pass_="fwd+bwd"),
+     Tiling(32, 32)),
+    ("fa1", AttentionProblem(2, 2, 160, 64, causal=True), Tiling(32, 32)),
+    ("decode", AttentionProblem(2, 16, 2, 64, seq_kv=704, kv_heads=2, causal=True),
+     Tiling(block_n=64, split_kv=4)),
+]
+
+
+def _issued_work(kernel, prog, tiling, dtype):
+    """Tensor FLOPs, exps and other FLOPs the simulator times, from its unit seconds."""
+    rates = sm_rates(HW, dtype, uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
+    return prog.totals()["unit_s"].sum(axis=1) * rates
+
+
+@pytest.mark.parametrize("name,problem,tiling", CASES + ALIGNED)
 def test_totals_are_the_closed_form_counts(name, problem, tiling):
     sched = build_schedule(problem, tiling, name)
     for kernel, prog, count in zip(sched.kernels, schedule_programs(sched, HW),
                                    closed_form(problem, tiling, name), strict=True):
-        rates = sm_rates(HW, problem.dtype,
-                         uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
         totals = prog.totals()
         assert totals["load_bytes"].sum() == sum(count.reads.values())
         assert totals["store_bytes"].sum() == sum(count.writes.values())
-        work = totals["unit_s"].sum(axis=1) * rates
+        work = _issued_work(kernel, prog, tiling, problem.dtype)
         expected = [count.tensor_flops, count.exp_ops, count.other_flops]
-        assert work == pytest.approx(expected, rel=1e-9)
+        if (name, problem, tiling) in ALIGNED:
+            assert work == pytest.approx(expected, rel=1e-9)
+        else:  # partial or padded tiles: the hardware computes more than is counted
+            assert (work >= np.array(expected) * (1 - 1e-12)).all()
+            assert work[0] > count.tensor_flops or count.tensor_flops == 0
         # The busiest unit of each step bounds the step: between the largest unit's total
         # and the sum of all units.
         assert totals["compute_s"].sum() >= totals["unit_s"].sum(axis=1).max() * (1 - 1e-12)
@@ -86,3 +108,49 @@ def test_loads_precede_stores_in_phase_tables():
     prog = schedule_programs(build_schedule(p, Tiling(), "fa2"), HW)[0]
     assert list(prog.pre.kind) == [LOAD] and list(prog.post.kind) == [STORE, STORE]
     assert list(prog.loop.kind) == [LOAD, LOAD]
+
+
+def _padded(problem: AttentionProblem, tiling: Tiling) -> AttentionProblem:
+    """The problem with both lengths rounded up to whole tiles."""
+    def up(n, tile):
+        return -(-n // tile) * tile
+    return AttentionProblem(problem.batch, problem.heads, up(problem.seq_q, tiling.block_m),
+                            problem.head_dim, seq_kv=up(problem.seq_kv, tiling.block_n),
+                            kv_heads=problem.kv_heads, pass_=problem.pass_)
+
+
+@pytest.mark.parametrize("name,problem,tiling", [
+    ("fa2", AttentionProblem(1, 3, 200, 32, seq_kv=333, pass_="fwd+bwd"), Tiling(32, 64)),
+    ("fa1", AttentionProblem(2, 2, 150, 64), Tiling(32, 64)),
+    ("naive", AttentionProblem(1, 4, 130, 64, kv_heads=2, pass_="fwd+bwd"), Tiling(64, 32)),
+])
+def test_partial_tiles_issue_the_work_of_whole_tiles(name, problem, tiling):
+    """A Triton kernel computes a partial tile whole (masked elements included): without
+    causal masking, the work issued is the work counted for the lengths padded to whole
+    tiles. Naive's softmax is one CTA per valid row, each issuing a power-of-two row."""
+    sched = build_schedule(problem, tiling, name)
+    padded = closed_form(_padded(problem, tiling), tiling, name)
+    for kernel, prog, count in zip(sched.kernels, schedule_programs(sched, HW), padded,
+                                   strict=True):
+        work = _issued_work(kernel, prog, tiling, problem.dtype)
+        if kernel.name == "naive_softmax":
+            rows = problem.batch * problem.heads * problem.seq_q
+            width = 1 << (problem.seq_kv - 1).bit_length()  # 130 -> 256
+            assert list(work) == pytest.approx([0, rows * width, 4 * rows * width], rel=1e-9)
+            continue
+        expected = [count.tensor_flops, count.exp_ops, count.other_flops]
+        assert work == pytest.approx(expected, rel=1e-9), kernel.name
+
+
+def test_decode_issues_its_padded_group_rows():
+    """G * Nq = 4 * 3 = 12 query rows per CTA are padded to a 16-row matmul (and the
+    combine kernel's 3 rows to 4): the work issued is the counted work x 16/12 (x 4/3)."""
+    problem = AttentionProblem(2, 8, 3, 64, seq_kv=704, kv_heads=2)
+    tiling = Tiling(block_n=64, split_kv=4)
+    sched = build_schedule(problem, tiling, "decode")
+    counts = closed_form(problem, tiling, "decode")
+    for kernel, prog, count, ratio in zip(sched.kernels, schedule_programs(sched, HW), counts,
+                                          (16 / 12, 4 / 3), strict=True):
+        work = _issued_work(kernel, prog, tiling, problem.dtype)
+        expected = np.array([count.tensor_flops, count.exp_ops, count.other_flops]) * ratio
+        assert work == pytest.approx(expected, rel=1e-9), kernel.name

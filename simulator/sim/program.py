@@ -10,9 +10,11 @@ loop of CTA ``c % P`` with every access moved by a constant plane offset per ste
 (``plane_offset[step, c]``). The period is checked exactly on the grid and verified on the
 loops of a spread of CTAs; otherwise the whole grid is evaluated.
 
-Compute steps are folded, per unit (CTA or iteration), into seconds of the tensor cores,
-the exp unit and the FP32 ALUs of one SM, into busiest-unit seconds (what the SM's units
-are busy) and into critical-path seconds (how long the CTA waits; ``simulator.sim.compute``).
+Compute steps count the work the hardware issues (``Compute.issued``: whole tiles, padded
+rows), not only the valid elements ``count`` reports. They are folded, per unit (CTA or
+iteration), into seconds of the tensor cores, the exp unit and the FP32 ALUs of one SM,
+into busiest-unit seconds (what the SM's units are busy) and into critical-path seconds
+(how long the CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
 phase the engines issue all loads together, run the compute when they have arrived, then
 issue the stores; every schedule's phases are written in that order.
@@ -155,10 +157,12 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
-    pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx), schedule, hw, wgmma)
-    post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx), schedule, hw, wgmma)
+    pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
+                    hw, wgmma)
+    post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx, issued=True), schedule,
+                     hw, wgmma)
     loop_count = kernel.loop_count.astype(np.int64)
-    periodic = periodic_loop(kernel, compress)  # the period, verified on a spread of CTAs
+    periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma)
     loop.path_s += hw.iteration_overhead_s

@@ -68,11 +68,28 @@ class Access:
 
 @dataclass(frozen=True)
 class Compute:
-    """A compute step; ``amounts`` gives tensor-core FLOPs, exps and other FLOPs."""
+    """A compute step; ``amounts`` gives tensor-core FLOPs, exps and other FLOPs.
+
+    ``amounts`` counts the valid elements (what ``count`` reports and FLOP/s conventions
+    use). ``issued`` counts the work the hardware executes, which the simulator times: a
+    Triton kernel computes whole tiles — the masked rows and columns of a partial tile at
+    the end of a sequence, and rows padded up to the matmul's minimum — so it is evaluated
+    on the full (padded) tile. ``None``: the same as ``amounts``.
+    """
 
     amounts: ComputeFn
     when: Callable[[dict], np.ndarray] | None = None
     kind: int = COMPUTE
+    issued: ComputeFn | None = None
+
+
+def tile_compute(work: Callable, rows: Callable[[dict], np.ndarray],
+                 cols: Callable[[dict], np.ndarray], tile_rows: int, tile_cols: int,
+                 when: Callable[[dict], np.ndarray] | None = None) -> Compute:
+    """A compute step on a ``tile_rows x tile_cols`` tile: ``work(rows, cols)`` counted on
+    the valid ``rows(ctx) x cols(ctx)`` elements, issued on the whole tile."""
+    return Compute(lambda c: work(rows(c), cols(c)), when=when,
+                   issued=lambda c: work(tile_rows, tile_cols))
 
 
 Step = Access | Compute

@@ -21,6 +21,7 @@ from traces.schedules.base import (
     causal_last_block,
     cdiv,
     grid_coords,
+    tile_compute,
     valid_extent,
 )
 from traces.tiling import Tiling
@@ -85,26 +86,37 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def partial(c):
         return c["bkv"] * n_split + c["sp"], 0, 0
 
-    def step(c):
-        cols = valid_extent(c["begin"] + c["t"], bn, p.seq_kv)
+    def step(rows, cols):
         return 4 * rows * cols * d, rows * cols + rows, 4 * rows * cols + rows * d
+
+    def finish(rows):
+        return 0, rows, rows * d + rows
+
+    padded = max(16, 1 << (rows - 1).bit_length())  # the twin pads rows to a power of 2
 
     split = Kernel(
         name="decode_split",
         ctas=ctas,
         loop_count=np.maximum(end - begin, 0),
         pre=[Access(LOAD, "q", rows, d, group)],
-        loop=[Access(LOAD, "k", bn, d, kv), Access(LOAD, "v", bn, d, kv), Compute(step)],
-        post=[Compute(lambda c: (0, rows, rows * d + rows)),
+        loop=[Access(LOAD, "k", bn, d, kv), Access(LOAD, "v", bn, d, kv),
+              tile_compute(step, lambda c: rows,
+                           lambda c: valid_extent(c["begin"] + c["t"], bn, p.seq_kv),
+                           padded, bn)],
+        post=[Compute(lambda c: finish(rows), issued=lambda c: finish(padded)),
               Access(STORE, "o_partial", rows, d, partial),
               Access(STORE, "lse_partial", rows, 1, partial)],
         sram_bytes=rows * d * s + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
-        mma_rows=max(16, 1 << (rows - 1).bit_length()),  # the twin pads rows to a power of 2
+        mma_rows=padded,
     )
 
     heads = grid_coords(("h", p.heads), ("b", p.batch))
     nq = p.seq_q
+    nq_padded = 1 << (nq - 1).bit_length()  # the twin's power-of-two block of rows
+
+    def combine(n):
+        return 0, n, 3 * n * d + n
 
     def partial_rows(c):
         kvh, g = np.divmod(c["h"], p.group_size)
@@ -120,7 +132,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         pre=[],
         loop=[Access(LOAD, "lse_partial", nq, 1, partial_rows),
               Access(LOAD, "o_partial", nq, d, partial_rows),
-              Compute(lambda c: (0, nq, 3 * nq * d + nq))],
+              Compute(lambda c: combine(nq), issued=lambda c: combine(nq_padded))],
         post=[Access(STORE, "o", nq, d, out)],
         sram_bytes=t.num_stages * (nq * d + nq) * PARTIAL_BYTES,
         tensors=tensors,

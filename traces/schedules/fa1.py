@@ -19,12 +19,12 @@ from traces.schedules.base import (
     LOAD,
     STORE,
     Access,
-    Compute,
     Kernel,
     Tensor,
     causal_first_row_block,
     cdiv,
     grid_coords,
+    tile_compute,
     valid_extent,
 )
 from traces.schedules.fa2 import kv_plane
@@ -89,10 +89,13 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def opens(c):
         return pair(c) & opens_block[pair_index(c)]
 
-    def step(c):
-        k = pair_index(c)
-        rows = valid_extent(pair_i[k], bm, p.seq_q)
-        cols = valid_extent(pair_j[k], bn, p.seq_kv)
+    def pair_rows(c):
+        return valid_extent(pair_i[pair_index(c)], bm, p.seq_q)
+
+    def pair_cols(c):
+        return valid_extent(pair_j[pair_index(c)], bn, p.seq_kv)
+
+    def step(rows, cols):
         # S = QK^T and PV; exps of scores and two rescales per row (old and new O);
         # scale/max/sub/sum per score, O rescale and update per output element.
         return 4 * rows * cols * d, rows * cols + 2 * rows, 4 * rows * cols + 3 * rows * d
@@ -105,7 +108,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
             Access(LOAD, "v", bn, d, kv_block, when=opens)]
     loop += [Access(LOAD, name, bm, cols, q_block, when=pair)
              for name, cols in (("q", d), ("o", d), ("l", 1), ("m", 1))]
-    loop += [Compute(step, when=pair)]
+    loop += [tile_compute(step, pair_rows, pair_cols, bm, bn, when=pair)]
     loop += [Access(STORE, name, bm, cols, q_block, when=pair)
              for name, cols in (("o", d), ("l", 1), ("m", 1))]
 

@@ -23,6 +23,7 @@ from traces.schedules.base import (
     causal_last_block,
     cdiv,
     grid_coords,
+    tile_compute,
     valid_extent,
 )
 from traces.tiling import Tiling
@@ -71,15 +72,18 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
     def kv_tile(c):
         return kv_plane(p, c["bh"]), c["t"], 0
 
-    def step(c):
-        rows = valid_extent(c["i"], bm, p.seq_q)
-        cols = valid_extent(c["t"], bn, p.seq_kv)
+    def q_rows(c):
+        return valid_extent(c["i"], bm, p.seq_q)
+
+    def kv_cols(c):
+        return valid_extent(c["t"], bn, p.seq_kv)
+
+    def step(rows, cols):
         # QK^T and PV; one exp per score plus one rescale exp per row;
         # scale, max, subtract, row-sum per score, accumulator rescale per output element.
         return 4 * rows * cols * d, rows * cols + rows, 4 * rows * cols + rows * d
 
-    def finish(c):
-        rows = valid_extent(c["i"], bm, p.seq_q)
+    def finish(rows):
         return 0, rows, rows * d + rows  # O /= l, LSE = m + log(l)
 
     sram = bm * d * s + t.num_stages * 2 * bn * d * s
@@ -89,8 +93,9 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
         loop_count=count,
         pre=[Access(LOAD, "q", bm, d, q_tile)],
         loop=[Access(LOAD, "k", bn, d, kv_tile), Access(LOAD, "v", bn, d, kv_tile),
-              Compute(step)],
-        post=[Compute(finish), Access(STORE, "o", bm, d, q_tile),
+              tile_compute(step, q_rows, kv_cols, bm, bn)],
+        post=[Compute(lambda c: finish(q_rows(c)), issued=lambda c: finish(bm)),
+              Access(STORE, "o", bm, d, q_tile),
               Access(STORE, "lse", bm, 1, q_tile)],
         sram_bytes=sram,
         tensors=tensors,
@@ -108,8 +113,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     def q_tile(c):
         return c["bh"], c["i"], 0
 
-    def rowsum(c):
-        rows = valid_extent(c["i"], bm, p.seq_q)
+    def rowsum(rows):
         return 0, 0, 2 * rows * d
 
     preprocess = Kernel(
@@ -117,7 +121,9 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         ctas=pre_ctas,
         loop_count=np.zeros(tr * p.batch * p.heads, dtype=np.int64),
         pre=[Access(LOAD, "o", bm, d, q_tile), Access(LOAD, "do", bm, d, q_tile),
-             Compute(rowsum), Access(STORE, "delta", bm, 1, q_tile)],
+             Compute(lambda c: rowsum(valid_extent(c["i"], bm, p.seq_q)),
+                     issued=lambda c: rowsum(bm)),
+             Access(STORE, "delta", bm, 1, q_tile)],
         loop=[], post=[], sram_bytes=2 * bm * d * s, tensors=tensors,
     )
 
@@ -139,10 +145,13 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         b, kvh = np.divmod(c["bkv"], p.kv_heads)
         return b * p.heads + kvh * g + head_in_group, c["first"] + offset, 0
 
-    def dkdv_step(c):
-        _, i, _ = q_of_loop(c)
-        rows = valid_extent(i, bm, p.seq_q)
-        cols = valid_extent(c["j"], bn, p.seq_kv)
+    def loop_rows(c):
+        return valid_extent(q_of_loop(c)[1], bm, p.seq_q)
+
+    def own_cols(c):
+        return valid_extent(c["j"], bn, p.seq_kv)
+
+    def dkdv_step(rows, cols):
         # S = QK^T, dV += P^T dO, dP = dO V^T, dK += dS^T Q: four matmuls (S recomputed).
         return 8 * rows * cols * d, rows * cols, 4 * rows * cols
 
@@ -153,7 +162,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         pre=[Access(LOAD, "k", bn, d, kv_own), Access(LOAD, "v", bn, d, kv_own)],
         loop=[Access(LOAD, "q", bm, d, q_of_loop), Access(LOAD, "do", bm, d, q_of_loop),
               Access(LOAD, "lse", bm, 1, q_of_loop), Access(LOAD, "delta", bm, 1, q_of_loop),
-              Compute(dkdv_step)],
+              tile_compute(dkdv_step, loop_rows, own_cols, bm, bn)],
         post=[Access(STORE, "dk", bn, d, kv_own), Access(STORE, "dv", bn, d, kv_own)],
         sram_bytes=2 * bn * d * s + t.num_stages * (2 * bm * d * s + 2 * bm * STATS_BYTES),
         tensors=tensors,
@@ -170,9 +179,13 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     def kv_tile(c):
         return kv_plane(p, c["bh"]), c["t"], 0
 
-    def dq_step(c):
-        rows = valid_extent(c["i"], bm, p.seq_q)
-        cols = valid_extent(c["t"], bn, p.seq_kv)
+    def own_rows(c):
+        return valid_extent(c["i"], bm, p.seq_q)
+
+    def loop_cols(c):
+        return valid_extent(c["t"], bn, p.seq_kv)
+
+    def dq_step(rows, cols):
         # S = QK^T, dP = dO V^T, dQ += dS K: three matmuls (S and dP recomputed).
         return 6 * rows * cols * d, rows * cols, 4 * rows * cols
 
@@ -183,7 +196,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         pre=[Access(LOAD, "q", bm, d, q_tile), Access(LOAD, "do", bm, d, q_tile),
              Access(LOAD, "lse", bm, 1, q_tile), Access(LOAD, "delta", bm, 1, q_tile)],
         loop=[Access(LOAD, "k", bn, d, kv_tile), Access(LOAD, "v", bn, d, kv_tile),
-              Compute(dq_step)],
+              tile_compute(dq_step, own_rows, loop_cols, bm, bn)],
         post=[Access(STORE, "dq", bm, d, q_tile)],
         sram_bytes=2 * bm * d * s + 2 * bm * STATS_BYTES + t.num_stages * 2 * bn * d * s,
         tensors=tensors,

@@ -19,6 +19,7 @@ from traces.schedules.base import (
     Tensor,
     cdiv,
     grid_coords,
+    tile_compute,
     valid_extent,
 )
 from traces.schedules.fa2 import kv_plane
@@ -63,9 +64,19 @@ class _Blocks:
     def cols(self, j):
         return valid_extent(j, self.bn, self.p.seq_kv)
 
-    def matmul(self, i, j):
-        """Tensor FLOPs of one (BM x BN x d) product of valid elements."""
-        return 2 * self.rows(i) * self.cols(j) * self.d
+    def matmul(self, rows, cols):
+        """Tensor FLOPs of one (rows x cols x d) product."""
+        return 2 * rows * cols * self.d
+
+    def tile_step(self, work, i_of, j_of, when=None):
+        """A compute step on the (BM x BN) tile of Q block ``i_of(ctx)`` and K/V block
+        ``j_of(ctx)``: ``work(rows, cols)`` counted on its valid elements, issued whole."""
+        return tile_compute(work, lambda c: self.rows(i_of(c)), lambda c: self.cols(j_of(c)),
+                            self.bm, self.bn, when)
+
+    def matmul_step(self, i_of, j_of):
+        """One (BM x BN x d) product, nothing else."""
+        return self.tile_step(lambda rows, cols: (self.matmul(rows, cols), 0, 0), i_of, j_of)
 
     def kernel(self, name, ctas, count, pre, loop, post, sram, mma_rows=0):
         return Kernel(name=name, ctas=ctas, loop_count=np.asarray(count, dtype=np.int64),
@@ -102,12 +113,13 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def s_ij(c):
         return c["bh"], c["i"], c["j"]
 
-    def qk(c):
-        return k.matmul(c["i"], c["j"]), 0, k.rows(c["i"]) * k.cols(c["j"])  # scale
+    def qk(rows, cols):
+        return k.matmul(rows, cols), 0, rows * cols  # and the scale
 
     tiles = k.tile_grid()
     qk_kernel = k.kernel("naive_qk", tiles, np.zeros(tiles["i"].size), [
-        Access(LOAD, "q", bm, d, q_i), Access(LOAD, "k", bn, d, k_j), Compute(qk),
+        Access(LOAD, "q", bm, d, q_i), Access(LOAD, "k", bn, d, k_j),
+        k.tile_step(qk, lambda c: c["i"], lambda c: c["j"]),
         Access(STORE, "s", bm, bn, s_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
 
     rows = grid_coords(("r", p.seq_q), ("bh", p.batch * p.heads))
@@ -115,12 +127,14 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def row(c):
         return c["bh"], c["r"], 0
 
-    def softmax(c):
-        n = np.full(c["r"].shape, p.seq_kv)
+    def softmax(n):
         return 0, n, 4 * n  # mask+max, subtract, sum, divide per element; one exp each
 
+    row_width = 1 << (p.seq_kv - 1).bit_length()  # the twin holds a power-of-two row
+
     softmax_kernel = k.kernel("naive_softmax", rows, np.zeros(rows["r"].size), [
-        Access(LOAD, "s", 1, p.seq_kv, row), Compute(softmax),
+        Access(LOAD, "s", 1, p.seq_kv, row),
+        Compute(lambda c: softmax(p.seq_kv), issued=lambda c: softmax(row_width)),
         Access(STORE, "p", 1, p.seq_kv, row)], [], [], 0)
 
     blocks = k.row_grid()
@@ -131,11 +145,9 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def v_t(c):
         return kv_plane(p, c["bh"]), c["t"], 0
 
-    def pv(c):
-        return k.matmul(c["i"], c["t"]), 0, 0
-
     pv_kernel = k.kernel("naive_pv", blocks, np.full(blocks["i"].size, k.tc), [], [
-        Access(LOAD, "p", bm, bn, p_it), Access(LOAD, "v", bn, d, v_t), Compute(pv)],
+        Access(LOAD, "p", bm, bn, p_it), Access(LOAD, "v", bn, d, v_t),
+        k.matmul_step(lambda c: c["i"], lambda c: c["t"])],
         [Access(STORE, "o", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
         mma_rows=bm)
     return [qk_kernel, softmax_kernel, pv_kernel]
@@ -159,16 +171,18 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         plane, i = k.group_loop(c)
         return plane, i, 0
 
-    def kv_matmul(c):
-        _, i = k.group_loop(c)
-        return k.matmul(i, c["j"]), 0, 0
+    def loop_i(c):
+        return k.group_loop(c)[1]
+
+    def own_j(c):
+        return c["j"]
 
     kv_blocks = k.kv_grid()
     streamed = t.num_stages * (bm * bn + bm * d) * s
     dv = k.kernel("naive_bwd_dv", kv_blocks, np.full(kv_blocks["j"].size, per_kv_block), [],
                   [Access(LOAD, "p", bm, bn, looped_tile("p")),
                    Access(LOAD, "do", bm, d, looped_q),
-                   Compute(kv_matmul)],
+                   k.matmul_step(loop_i, own_j)],
                   [Access(STORE, "dv", bn, d, own_kv)], streamed, mma_rows=bn)
 
     tiles = k.tile_grid()
@@ -184,7 +198,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
 
     dp = k.kernel("naive_bwd_dp", tiles, np.zeros(tiles["i"].size), [
         Access(LOAD, "do", bm, d, q_i), Access(LOAD, "v", bn, d, v_j),
-        Compute(lambda c: (k.matmul(c["i"], c["j"]), 0, 0)),
+        k.matmul_step(lambda c: c["i"], lambda c: c["j"]),
         Access(STORE, "dp", bm, bn, tile_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
 
     blocks = k.row_grid()
@@ -197,21 +211,23 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
 
     ds = k.kernel("naive_bwd_ds", blocks, np.full(blocks["i"].size, k.tc), [
         Access(LOAD, "do", bm, d, q_i), Access(LOAD, "o", bm, d, q_i),
-        Compute(lambda c: (0, 0, 2 * k.rows(c["i"]) * d))], [
+        Compute(lambda c: (0, 0, 2 * k.rows(c["i"]) * d), issued=lambda c: (0, 0, 2 * bm * d))],
+        [
         Access(LOAD, "p", bm, bn, tile_it), Access(LOAD, "dp", bm, bn, tile_it),
-        Compute(lambda c: (0, 0, 2 * k.rows(c["i"]) * k.cols(c["t"]))),
+        k.tile_step(lambda rows, cols: (0, 0, 2 * rows * cols), lambda c: c["i"],
+                    lambda c: c["t"]),
         Access(STORE, "ds", bm, bn, tile_it)], [],
         2 * bm * d * s + t.num_stages * 2 * bm * bn * s)
 
     dq = k.kernel("naive_bwd_dq", blocks, np.full(blocks["i"].size, k.tc), [], [
         Access(LOAD, "ds", bm, bn, tile_it), Access(LOAD, "k", bn, d, kv_t),
-        Compute(lambda c: (k.matmul(c["i"], c["t"]), 0, 0))],
+        k.matmul_step(lambda c: c["i"], lambda c: c["t"])],
         [Access(STORE, "dq", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
         mma_rows=bm)
 
     dk = k.kernel("naive_bwd_dk", kv_blocks, np.full(kv_blocks["j"].size, per_kv_block), [],
                   [Access(LOAD, "ds", bm, bn, looped_tile("ds")),
                    Access(LOAD, "q", bm, d, looped_q),
-                   Compute(kv_matmul)],
+                   k.matmul_step(loop_i, own_j)],
                   [Access(STORE, "dk", bn, d, own_kv)], streamed, mma_rows=bn)
     return [dv, dp, ds, dq, dk]

@@ -57,18 +57,25 @@ def find_period(kernel: Kernel) -> int:
     return best
 
 
-def evaluate_steps(steps: list[Step], ctx: dict) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_steps(steps: list[Step], ctx: dict,
+                   issued: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Evaluate every step for all units of ``ctx`` (CTAs or loop iterations) at once.
 
     Returns ``values[k, 0:3, u]`` — (plane, row_block, col_block) of an access, or
     (tensor_flops, exp_ops, other_flops) of a compute step, as int64 — and ``masks[k, u]``,
-    True where step ``k`` happens for unit ``u``.
+    True where step ``k`` happens for unit ``u``. ``issued``: compute steps give the work
+    the hardware executes (``Compute.issued``, whole tiles), else the valid work.
     """
     units = ctx["cta"].shape[0]
     values = np.zeros((len(steps), 3, units), dtype=np.int64)
     masks = np.ones((len(steps), units), dtype=np.bool_)
     for k, step in enumerate(steps):
-        produced = step.coords(ctx) if isinstance(step, Access) else step.amounts(ctx)
+        if isinstance(step, Access):
+            produced = step.coords(ctx)
+        elif issued and step.issued is not None:
+            produced = step.issued(ctx)
+        else:
+            produced = step.amounts(ctx)
         for f, column in enumerate(produced):
             values[k, f] = column
         if step.when is not None:
@@ -122,13 +129,13 @@ def _units_of(loop: PeriodicLoop, kernel: Kernel, ctas: np.ndarray) -> np.ndarra
     return np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - first, counts)
 
 
-def _verified(kernel: Kernel, loop: PeriodicLoop) -> bool:
+def _verified(kernel: Kernel, loop: PeriodicLoop, issued: bool) -> bool:
     """Evaluate the loops of a spread of CTAs outside the first period; compare exactly."""
     outside = np.flatnonzero(kernel.loop_count[loop.period:] > 0) + loop.period
     if outside.size == 0:
         return True
     picks = np.unique(outside[np.linspace(0, outside.size - 1, VERIFY_CTAS).astype(np.int64)])
-    values, masks = evaluate_steps(kernel.loop, kernel.loop_context(picks))
+    values, masks = evaluate_steps(kernel.loop, kernel.loop_context(picks), issued)
     units = _units_of(loop, kernel, picks)
     owners = np.repeat(picks, kernel.loop_count[picks].astype(np.int64))
     expected = loop.values[:, :, units]
@@ -138,12 +145,13 @@ def _verified(kernel: Kernel, loop: PeriodicLoop) -> bool:
             and np.array_equal(np.where(happens, values, 0), np.where(happens, expected, 0)))
 
 
-def periodic_loop(kernel: Kernel, compress: bool = True) -> PeriodicLoop:
-    """Evaluate ``kernel``'s loop for one verified period; ``compress=False`` takes the grid."""
+def periodic_loop(kernel: Kernel, compress: bool = True, issued: bool = False) -> PeriodicLoop:
+    """Evaluate ``kernel``'s loop for one verified period; ``compress=False`` takes the grid;
+    ``issued``: compute steps give the work executed (``evaluate_steps``)."""
     loop_count = kernel.loop_count.astype(np.int64)
     for period in ((find_period(kernel),) if compress else ()) + (kernel.grid,):
-        values, masks = evaluate_steps(kernel.loop,
-                                       kernel.loop_context(np.arange(period, dtype=np.int64)))
+        values, masks = evaluate_steps(
+            kernel.loop, kernel.loop_context(np.arange(period, dtype=np.int64)), issued)
         loop = PeriodicLoop(
             period=period,
             loop_first=np.cumsum(loop_count[:period]) - loop_count[:period],
@@ -151,6 +159,6 @@ def periodic_loop(kernel: Kernel, compress: bool = True) -> PeriodicLoop:
             masks=masks,
             plane_offset=plane_offsets(kernel, period),
         )
-        if period == kernel.grid or _verified(kernel, loop):
+        if period == kernel.grid or _verified(kernel, loop, issued):
             return loop
     raise AssertionError("unreachable: the full grid is always a period")
