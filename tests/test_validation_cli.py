@@ -183,6 +183,39 @@ def test_reselect_from_kept_ratings_needs_no_model():
         matrix.reselect_plan(moved, hw)
 
 
+def _split_penalty_predictor(problem, tiling, schedule, hw):
+    """The stand-in, with decode's time growing with the split count: a model change that
+    moves only decode's ratings."""
+    pred = _roofline_predictor(problem, tiling, schedule, hw)
+    if schedule == "decode":
+        pred["time_s"] *= 1 + 0.1 * tiling.split_kv
+    return pred
+
+
+def test_rerate_rates_only_the_named_schedules_again():
+    hw = load_hardware("h200-sxm")
+    plan = matrix.build_plan("quick", hw, _roofline_predictor, "simulator")
+    again = matrix.rerate_plan(plan, hw, {"decode"}, _split_penalty_predictor, "simulator")
+    fresh = matrix.build_plan("quick", hw, _split_penalty_predictor, "simulator")
+    for old, new, want in zip(plan["candidate_ratings"], again["candidate_ratings"],
+                              fresh["candidate_ratings"], strict=True):
+        expected = want if old["group"].startswith("decode") else old
+        for key in ("tilings", "ratings", "times", "chosen"):
+            assert new[key] == expected[key], (old["group"], key)
+    # Decode's ratings did move, and the configs are those of a plan rated from scratch.
+    decode = [g for g in plan["candidate_ratings"] if g["group"].startswith("decode")]
+    assert decode and all(g["ratings"] != w["ratings"] for g, w in zip(
+        decode, [g for g in fresh["candidate_ratings"] if g["group"].startswith("decode")],
+        strict=True))
+    assert again["configs"] == fresh["configs"] and again["peers"] == fresh["peers"]
+    assert any("decode groups rated again" in note for note in again["notes"])
+    with pytest.raises(ProblemError, match="rated by simulator"):
+        matrix.rerate_plan(plan, hw, {"decode"}, _roofline_predictor, "counts")
+    with pytest.raises(ProblemError, match="no groups of schedule fa1"):
+        matrix.rerate_plan(plan, hw, {"fa1"}, _roofline_predictor, "simulator")
+    assert matrix.main(["rerate", "quick"]) == 2  # rerate without --schedule
+
+
 def test_reselect_the_frozen_quick_plan():
     """The simulator's ratings are its predicted times: a frozen plan without kept times
     can still be chosen again, and the result follows ``choose`` on its ratings."""

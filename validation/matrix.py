@@ -242,6 +242,14 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
     by = "simulator" if model == "simulator" else "counts"
     groups = groups_for(name)
     seqs_of, notes = _lengths(groups, hw)
+    rated_groups = _rate_groups(groups, seqs_of, predictor, hw, by, jobs)
+    return _assemble(name, hw, by, rated_groups, notes, aot, log)
+
+
+def _rate_groups(groups: list[Group], seqs_of: dict, predictor: Predictor, hw, by: str,
+                 jobs: int) -> list[RatedGroup]:
+    """Rate every candidate of ``groups`` at each of their lengths; keep the legal ones
+    (rated at every length)."""
     tasks = [(predictor, group.schedule, group.problem(n), t, hw, by)
              for group in groups for t in group.candidates() for n in seqs_of[group]]
     rated = map_tasks(_rate, tasks, jobs, chunksize=4)
@@ -258,7 +266,7 @@ def build_plan(name: str, hw, predictor: Predictor, model: str,
                 legal.append(t)
         rated_groups.append(RatedGroup(group, seqs, legal, _transpose(table),
                                        _transpose(times)))
-    return _assemble(name, hw, by, rated_groups, notes, aot, log)
+    return rated_groups
 
 
 def reselect_plan(plan: dict, hw, aot=None, log=lambda *_: None) -> dict:
@@ -268,10 +276,45 @@ def reselect_plan(plan: dict, hw, aot=None, log=lambda *_: None) -> dict:
     The groups, lengths and candidates must still be the matrix's; a plan whose candidates
     were rated by counts needs its expected times, which plans keep from 2026-11-30 on.
     """
-    if "candidate_ratings" not in plan:
-        raise ProblemError(f'plan "{plan["name"]}" keeps no candidate ratings; write it again')
     groups = {g.label: g for g in groups_for(plan["name"])}
     seqs_of, notes = _lengths(list(groups.values()), hw)
+    rated_groups = _kept_groups(plan, groups, seqs_of)
+    return _assemble(plan["name"], hw, plan["selected_by"], rated_groups, notes, aot, log)
+
+
+def rerate_plan(plan: dict, hw, schedules: set[str], predictor: Predictor, model: str,
+                aot=None, log=lambda *_: None, jobs: int = 1) -> dict:
+    """The plan with the groups of ``schedules`` rated again by the model and every
+    group's tilings chosen again; the other groups keep the ratings the plan has.
+
+    For a model change that can only move the ratings of some schedules (the caller's
+    claim, recorded in the plan's notes): an hour of rating is then minutes.
+    """
+    by = "simulator" if model == "simulator" else "counts"
+    if by != plan["selected_by"]:
+        raise ProblemError(f'plan "{plan["name"]}" was rated by {plan["selected_by"]}, the '
+                           f"model here is {by}; write it again")
+    groups = {g.label: g for g in groups_for(plan["name"])}
+    unknown = schedules - {g.schedule for g in groups.values()}
+    if unknown:
+        raise ProblemError(f'plan "{plan["name"]}" has no groups of schedule '
+                           f"{', '.join(sorted(unknown))}")
+    seqs_of, notes = _lengths(list(groups.values()), hw)
+    kept = _kept_groups(plan, groups, seqs_of)
+    again = [rg.group for rg in kept if rg.group.schedule in schedules]
+    fresh = {rg.group.label: rg for rg in
+             _rate_groups(again, seqs_of, predictor, hw, by, jobs)}
+    rated_groups = [fresh.get(rg.group.label, rg) for rg in kept]
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    notes.append(f"{', '.join(sorted(schedules))} groups rated again on {stamp}; the others "
+                 "keep their earlier ratings")
+    return _assemble(plan["name"], hw, by, rated_groups, notes, aot, log)
+
+
+def _kept_groups(plan: dict, groups: dict, seqs_of: dict) -> list[RatedGroup]:
+    """The plan's kept candidate ratings, checked against the matrix's groups."""
+    if "candidate_ratings" not in plan:
+        raise ProblemError(f'plan "{plan["name"]}" keeps no candidate ratings; write it again')
     rated_groups = []
     for entry in plan["candidate_ratings"]:
         group = groups.get(entry["group"])
@@ -294,7 +337,7 @@ def reselect_plan(plan: dict, hw, aot=None, log=lambda *_: None) -> dict:
     if len(rated_groups) != len(groups):
         raise ProblemError(f'plan "{plan["name"]}" does not rate every group of the matrix; '
                            "write it again")
-    return _assemble(plan["name"], hw, plan["selected_by"], rated_groups, notes, aot, log)
+    return rated_groups
 
 
 def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: list[str], aot,
@@ -425,16 +468,24 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m validation.matrix",
                                      description="choose the tilings and freeze plans")
-    parser.add_argument("action", choices=["write", "show", "reselect"],
+    parser.add_argument("action", choices=["write", "show", "reselect", "rerate"],
                         help="write: rate the candidates and freeze; show: the same without "
-                             "writing; reselect: choose again from a frozen plan's ratings")
+                             "writing; reselect: choose again from a frozen plan's ratings; "
+                             "rerate: rate the groups of --schedule again, keep the others' "
+                             "ratings, choose again")
     parser.add_argument("names", nargs="+", help="matrix names: default, quick")
     parser.add_argument("--hardware", default="h200-sxm")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes rating candidates (default: all cores)")
+    parser.add_argument("--schedule", action="append", default=[],
+                        help="rerate: a schedule whose groups are rated again (repeatable)")
     parser.add_argument("--no-aot", action="store_true",
                         help="skip the sm_90 compile check of the chosen tilings")
     args = parser.parse_args(argv)
+    if (args.action == "rerate") != bool(args.schedule):
+        print("error: --schedule goes with rerate, and rerate needs at least one",
+              file=sys.stderr)
+        return 2
     hw = load_hardware(args.hardware)
     aot = None
     if not args.no_aot and args.action != "show":
@@ -446,6 +497,11 @@ def main(argv: list[str] | None = None) -> int:
                 frozen = load_plan(name)
                 plan = reselect_plan(frozen, load_hardware(frozen["hardware"]), aot=aot,
                                      log=print)
+            elif args.action == "rerate":
+                frozen = load_plan(name)
+                plan = rerate_plan(frozen, load_hardware(frozen["hardware"]),
+                                   set(args.schedule), predict.predict, predict.model_name(),
+                                   aot=aot, log=print, jobs=args.jobs)
             else:
                 plan = build_plan(name, hw, predict.predict, predict.model_name(), aot=aot,
                                   log=print, jobs=args.jobs)
