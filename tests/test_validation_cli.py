@@ -208,7 +208,15 @@ def test_rerate_rates_only_the_named_schedules_again():
         decode, [g for g in fresh["candidate_ratings"] if g["group"].startswith("decode")],
         strict=True))
     assert again["configs"] == fresh["configs"] and again["peers"] == fresh["peers"]
-    assert any("decode groups rated again" in note for note in again["notes"])
+    # When each group was rated: rerate stamps the groups it rates, reselect keeps stamps.
+    for group in plan["candidate_ratings"]:
+        group["rated_utc"] = "2000-01-01T00:00:00Z"
+    again = matrix.rerate_plan(plan, hw, {"decode"}, _split_penalty_predictor, "simulator")
+    stamps = {g["group"]: g["rated_utc"] for g in again["candidate_ratings"]}
+    assert all((stamp == "2000-01-01T00:00:00Z") != label.startswith("decode")
+               for label, stamp in stamps.items())
+    kept = matrix.reselect_plan(again, hw)["candidate_ratings"]
+    assert {g["group"]: g["rated_utc"] for g in kept} == stamps
     with pytest.raises(ProblemError, match="rated by simulator"):
         matrix.rerate_plan(plan, hw, {"decode"}, _roofline_predictor, "counts")
     with pytest.raises(ProblemError, match="no groups of schedule fa1"):

@@ -203,13 +203,15 @@ def compile_key(schedule: str, p: AttentionProblem, t: Tiling) -> str:
 
 @dataclass
 class RatedGroup:
-    """A group's legal candidates and their ratings and expected times (``[length][i]``)."""
+    """A group's legal candidates and their ratings and expected times (``[length][i]``),
+    and when the model rated them (UTC)."""
 
     group: Group
     seqs: list[int]
     legal: list[Tiling]
     columns: list[list[float]]
     times: list[list[float]]
+    rated_utc: str
 
 
 def _transpose(table: list[list[float]]) -> list[list[float]]:
@@ -254,6 +256,7 @@ def _rate_groups(groups: list[Group], seqs_of: dict, predictor: Predictor, hw, b
              for group in groups for t in group.candidates() for n in seqs_of[group]]
     rated = map_tasks(_rate, tasks, jobs, chunksize=4)
     results = dict(zip(((t[1], t[2], t[3]) for t in tasks), rated, strict=True))
+    now = _utc_now()
     rated_groups = []
     for group in groups:
         seqs = seqs_of[group]
@@ -265,7 +268,7 @@ def _rate_groups(groups: list[Group], seqs_of: dict, predictor: Predictor, hw, b
                 times.append([c[1] for c in cells])
                 legal.append(t)
         rated_groups.append(RatedGroup(group, seqs, legal, _transpose(table),
-                                       _transpose(times)))
+                                       _transpose(times), now))
     return rated_groups
 
 
@@ -288,7 +291,8 @@ def rerate_plan(plan: dict, hw, schedules: set[str], predictor: Predictor, model
     group's tilings chosen again; the other groups keep the ratings the plan has.
 
     For a model change that can only move the ratings of some schedules (the caller's
-    claim, recorded in the plan's notes): an hour of rating is then minutes.
+    claim; each group's ``rated_utc`` says when it was rated): an hour of rating is then
+    minutes.
     """
     by = "simulator" if model == "simulator" else "counts"
     if by != plan["selected_by"]:
@@ -305,9 +309,6 @@ def rerate_plan(plan: dict, hw, schedules: set[str], predictor: Predictor, model
     fresh = {rg.group.label: rg for rg in
              _rate_groups(again, seqs_of, predictor, hw, by, jobs)}
     rated_groups = [fresh.get(rg.group.label, rg) for rg in kept]
-    stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    notes.append(f"{', '.join(sorted(schedules))} groups rated again on {stamp}; the others "
-                 "keep their earlier ratings")
     return _assemble(plan["name"], hw, by, rated_groups, notes, aot, log)
 
 
@@ -333,7 +334,8 @@ def _kept_groups(plan: dict, groups: dict, seqs_of: dict) -> list[RatedGroup]:
                                    "again")
             times = entry["ratings"]  # the simulator's ratings are its predicted times
         rated_groups.append(RatedGroup(group, entry["seqs"], legal,
-                                       _transpose(entry["ratings"]), _transpose(times)))
+                                       _transpose(entry["ratings"]), _transpose(times),
+                                       entry.get("rated_utc", plan["created_utc"])))
     if len(rated_groups) != len(groups):
         raise ProblemError(f'plan "{plan["name"]}" does not rate every group of the matrix; '
                            "write it again")
@@ -356,7 +358,7 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
         candidate_ratings.append({
             "group": group.label, "seqs": seqs, "tilings": [t.to_dict() for t in legal],
             "ratings": _transpose(columns), "times": _transpose(rg.times),
-            "chosen": chosen})
+            "chosen": chosen, "rated_utc": rg.rated_utc})
         per_group.append((group, seqs, [(legal[i], [row[i] for row in columns],
                                          [row[i] for row in rg.times]) for i in chosen]))
     configs, peers, seen_problems = [], [], set()
@@ -384,7 +386,7 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
     plan = {"schema": PLAN_SCHEMA, "name": name, "hardware": hw.name, "selected_by": by,
             "rating": "predicted time_s" if by == "simulator" else "global bytes (exact counts)",
             "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP, "notes": notes,
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created_utc": _utc_now(),
             "configs": configs, "peers": peers,
             # Every legal candidate's rating and expected time at every length, so that a
             # new selection rule can be applied to a frozen plan without rating the
@@ -392,6 +394,10 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
             "candidate_ratings": candidate_ratings}
     plan["sha256"] = plan_hash(plan)
     return plan
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _rate(task) -> tuple[float | None, float] | None:
