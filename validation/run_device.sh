@@ -4,8 +4,10 @@
 # Before the call, on the session's own machine (it has pip and a network), once:
 #   1. the plans in validation/plans/ are frozen with the simulator (2026-11-30); only if the
 #      model changed since, re-freeze them (no GPU; over an hour on 2 cores, start it early;
-#      BENCHMARKS.md has the figure), or, if only the selection rule changed, reselect:
+#      BENCHMARKS.md has the figure); rerate if it moves only some schedules' ratings;
+#      reselect if only the selection rule changed:
 #        python -m validation.matrix write default quick
+#        python -m validation.matrix rerate default quick --schedule decode
 #        python -m validation.matrix reselect default quick
 #   2. the image lacks simpy (the simulator's dependency); carry its wheel (pure Python):
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
