@@ -54,6 +54,22 @@ def test_summary_tables(capsys):
         assert needle in out
 
 
+def test_padding_is_reported_where_tiles_are_padded(capsys):
+    """Decode with G * Nq = 4 query rows per K/V head issues 16-row matmuls: 75% padding.
+    FA2 at a multiple of its tiles issues exactly what it counts: no such row."""
+    decode = ["--schedule", "decode", "--batch", "2", "--heads", "8", "--kv-heads", "2",
+              "--seq", "1", "--kv-seq", "2048", "--head-dim", "64", "--split-kv", "4"]
+    pred = _json(capsys, decode)
+    assert pred["flops"]["issued"]["tensor"] == 4 * pred["flops"]["tensor"]
+    assert main(["simulate", *decode]) == 0
+    out = capsys.readouterr().out
+    assert "tensor FLOPs issued (incl. padding)" in out and "(75% padding)" in out
+    fa2 = _json(capsys, SMALL)
+    assert fa2["flops"]["issued"]["tensor"] == fa2["flops"]["tensor"]
+    assert main(["simulate", *SMALL]) == 0
+    assert "incl. padding" not in capsys.readouterr().out
+
+
 def test_refused_tiling_exits_2_while_count_answers(capsys):
     argv = SMALL + ["--head-dim", "256", "--block-m", "256", "--block-n", "256",
                     "--stages", "4"]

@@ -48,13 +48,19 @@ def check_invariants(pred: dict, hw=HW) -> None:
         b, f, t = k["bytes"], k["flops"], k["time_s"]
         assert t * tol >= (b["dram_read"] + b["dram_write"]) / hw.hbm_effective_bytes_per_s
         for unit, rate in rates.items():
-            assert t * tol >= f[unit] / rate, unit
+            # The work issued (whole, padded tiles) is at least the work counted, and the
+            # time is at least what the units need for it.
+            assert f["issued"][unit] >= f[unit], unit
+            assert t * tol >= f["issued"][unit] / rate, unit
         assert 0 <= b["dram_read"] <= b["global_read"]
         assert 0 <= b["dram_write"] <= b["global_write"]
     for name, tensor in pred["per_tensor"].items():
         assert tensor["dram_read"] <= tensor["global_read"], name
         assert tensor["dram_write"] <= tensor["global_write"], name
     assert pred["time_s"] == pytest.approx(sum(k["time_s"] for k in pred["kernels"]))
+    for unit in rates:
+        assert pred["flops"]["issued"][unit] == pytest.approx(
+            sum(k["flops"]["issued"][unit] for k in pred["kernels"]), abs=len(entries))
     assert pred["simulation"]["sram_peak_per_sm_bytes"] <= hw.smem_per_sm_bytes
     for k in pred["kernels"]:
         assert k["occupancy"]["sram_peak_per_sm_bytes"] <= hw.smem_per_sm_bytes

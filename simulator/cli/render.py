@@ -81,6 +81,11 @@ def counts_tables(pred: dict) -> list:
         ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"])),
         ("legal on this GPU", "yes" if pred["legal"] else "[red]NO: a CTA does not fit[/red]"),
     ]
+    issued = f.get("issued", {}).get("tensor")
+    if issued is not None and issued > f["tensor"]:
+        padding = 1 - f["tensor"] / issued
+        rows.insert(4, ("tensor FLOPs issued (incl. padding)",
+                        f"{fmt_count(issued)} ({100 * padding:.0f}% padding)"))
     if pred.get("time_s") is not None:
         rows.append(("time", fmt_time(pred["time_s"])))
         rows.append(("bound", str(pred.get("bound"))))

@@ -280,6 +280,7 @@ class FluidEngine:
             cta_slot=slot, tensor_bytes=cache.stats - stats_before, flush_bytes=flushed,
             events=events, tile_accesses=tiles, mode="aggregated", hbm_segments=hbm,
             l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
+            issued=prog.totals()["work"].sum(axis=1),
         ))
 
     def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP) -> FluidKernel:

@@ -126,6 +126,7 @@ class FullEngine:
                 events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
                 hbm_segments=_segments(self.hbm, hbm_log), l2_segments=_segments(self.l2, l2_log),
                 unit_s=prog.totals()["unit_s"].sum(axis=1),
+                issued=prog.totals()["work"].sum(axis=1),
             ))
             self.tiles = 0
 

@@ -47,6 +47,7 @@ class Phase:
     row_block: np.ndarray  # [k, u]
     col_block: np.ndarray  # [k, u]
     nbytes: np.ndarray  # [k, u] valid bytes moved, 0 where masked
+    work: np.ndarray  # [3, u] tensor FLOPs, exps, other FLOPs issued (Compute.issued)
     unit_s: np.ndarray  # [3, u] seconds of tensor cores, exp unit, FP32 ALUs on one SM
     compute_s: np.ndarray  # [u] busiest-unit seconds, summed over the compute steps
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
@@ -87,7 +88,8 @@ class KernelProgram:
         return range(start, start + int(self.loop_count[cta]))
 
     def totals(self) -> dict[str, np.ndarray]:
-        """Per-CTA sums over all three phases: load and store bytes, compute seconds."""
+        """Per-CTA sums over all three phases: load and store bytes, compute seconds, work
+        issued."""
         if not self._totals:
             reps = np.arange(self.grid) % self.period
             count, first = self.loop_count[: self.period], self.loop_first
@@ -101,6 +103,7 @@ class KernelProgram:
                 store_bytes=per_cta(lambda p: p.bytes_of(STORE)),
                 compute_s=per_cta(lambda p: p.compute_s),
                 unit_s=per_cta(lambda p: p.unit_s),
+                work=per_cta(lambda p: p.work),
             )
         return self._totals
 
@@ -137,13 +140,14 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         tile_rows=np.array([s.tile_rows for s in accesses], dtype=np.int64),
         tile_cols=np.array([s.tile_cols for s in accesses], dtype=np.int64),
         mask=mask, plane=plane, row_block=row_block, col_block=col_block,
-        nbytes=np.where(mask, nbytes, 0), unit_s=np.zeros((3, units)),
+        nbytes=np.where(mask, nbytes, 0), work=np.zeros((3, units)), unit_s=np.zeros((3, units)),
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
     for k, step in enumerate(steps):
         if isinstance(step, Access):
             continue
         amounts = values[k].astype(np.float64) * masks[k]
+        phase.work += amounts
         seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma)
         phase.unit_s += seconds
         phase.compute_s += seconds.max(axis=0)

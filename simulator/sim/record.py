@@ -51,6 +51,7 @@ class KernelRun:
     l2_segments: np.ndarray
     mode: str  # "full" or "aggregated"
     unit_s: np.ndarray  # [3] busy seconds of tensor cores, exp units, FP32 ALUs (all SMs)
+    issued: np.ndarray  # [3] tensor FLOPs, exps, other FLOPs issued (whole, padded tiles)
 
     @property
     def time_s(self) -> float:

@@ -74,6 +74,7 @@ def fill_prediction(sim: Simulation) -> dict:
             "l2_bytes_per_s": moved / t,
             "tflops": entry["flops"]["tensor"] / t / 1e12,
         }
+        entry["flops"]["issued"] = _issued(run.issued)
         entry["bound"] = bound
         entry["utilization"] = {k: round(v, 6) for k, v in util.items()}
         entry["occupancy"] = {
@@ -91,6 +92,7 @@ def fill_prediction(sim: Simulation) -> dict:
     for i, name in enumerate(sim.tensor_names):
         pred["per_tensor"][name]["dram_read"] = int(per_tensor[i, 0])
         pred["per_tensor"][name]["dram_write"] = int(per_tensor[i, 1])
+    pred["flops"]["issued"] = _issued(sum(r.issued for r in sim.runs))
     pred["time_s"] = total
     pred["bound"] = max(votes, key=lambda k: votes[k])
     pred["achieved"] = {
@@ -113,6 +115,13 @@ def fill_prediction(sim: Simulation) -> dict:
                                       for r in sim.runs),
     }
     return _plain(pred)
+
+
+def _issued(work: np.ndarray) -> dict[str, int]:
+    """Work the kernels issue (whole tiles, padded rows), which the simulation times; the
+    counts beside it (``tensor``, ``exp``, ``other``) are of the valid elements."""
+    return {unit: int(round(float(x))) for unit, x in zip(("tensor", "exp", "other"), work,
+                                                          strict=True)}
 
 
 def _plain(value):
