@@ -176,3 +176,49 @@ def test_cli_refuses_zero_jobs(tmp_path, monkeypatch, capsys):
     write_records(path, synthetic_records())
     assert run_cli(["reconcile", str(path), "--jobs", "0"], monkeypatch) == 2
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_per_kernel_rows_by_hand():
+    """SYNTHETIC: a naive record whose ncu counters list its three kernels. Each kernel's
+    predicted time loses the preset's launch overhead (3 us on h200-sxm) before it meets
+    ncu's duration; kernels that are not the prediction's give no per-kernel rows."""
+    names = ["naive_qk", "naive_softmax", "naive_pv"]
+    launch = 3e-6
+    predicted_s = [13e-6, 23e-6, 53e-6]  # 10, 20, 50 us on the GPU after the launch
+    measured_s = [8e-6, 25e-6, 50e-6]
+    dram_pred, dram_meas = [1e6, 2e6, 3e6], [1e6, 1e6, 4e6]
+
+    def kernel_stub(problem, tiling, schedule, hw):
+        return {"time_s": sum(predicted_s), "bound": "hbm", "legal": True,
+                "bytes": {"global_read": 6e6, "global_write": 0, "dram_read": 6e6,
+                          "dram_write": 0},
+                "kernels": [{"name": n, "time_s": t, "bytes": {"dram_read": d, "dram_write": 0}}
+                            for n, t, d in zip(names, predicted_s, dram_pred, strict=True)]}
+
+    c = counters(6e6, 6e6)
+    c["kernels"] = [{"name": n, "duration_s": t, "dram_read_bytes": d, "dram_write_bytes": 0}
+                    for n, t, d in zip(names, measured_s, dram_meas, strict=True)]
+    rec = record("naive", SHAPE_A, TILINGS[1], 90e-6, c)
+    other = record("naive", SHAPE_B, TILINGS[1], 90e-6, dict(c, kernels=c["kernels"][::-1]))
+    report = reconcile([rec, other], predictor=kernel_stub, model="stub")
+    rows = {r["record_id"]: r for r in report["rows"]}
+    assert rows[other["record_id"]]["kernels"] == []  # not the prediction's order
+    kernels = rows[rec["record_id"]]["kernels"]
+    assert [k["name"] for k in kernels] == names
+    assert [k["predicted"]["time"] for k in kernels] == pytest.approx(
+        [t - launch for t in predicted_s])
+    assert [k["error_pct"]["time"] for k in kernels] == pytest.approx([25.0, -20.0, 0.0])
+    assert [k["error_pct"]["dram"] for k in kernels] == pytest.approx([0.0, 100.0, -25.0])
+    per_kernel = report["summary"]["per_kernel"]
+    assert list(per_kernel) == sorted(names)
+    assert per_kernel["naive_softmax"]["time"] == {"n": 1, "mape_pct": pytest.approx(20.0),
+                                                   "max_pct": pytest.approx(20.0)}
+    # The summary table per kernel shows them.
+    from rich.console import Console
+
+    from validation.report import tables
+    console = Console(record=True, width=200)
+    for table in tables(report, per_config=False):
+        console.print(table)
+    text = console.export_text()
+    assert "per kernel" in text and "naive_softmax" in text and "100.0%" in text

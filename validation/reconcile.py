@@ -11,6 +11,12 @@ schedule) on the preset of the GPU the record names (``--hardware`` overrides). 
 Summary, per schedule and pass and overall: MAPE and max error of each; per shape (same
 problem, different tilings): Spearman rank correlation of predicted and measured times, and
 the regret of the predicted-best tiling. Peers (PyTorch SDPA) are listed, not predicted.
+
+Per kernel, where ncu profiled a record's kernels and they are the prediction's kernels (by
+name and order): each kernel's predicted time without the launch overhead (the preset's
+``kernel_launch_overhead_s``, which ncu's ``gpu__time_duration`` does not see) against
+ncu's duration, and its DRAM bytes; summarized per kernel name. That is where a schedule
+of several kernels (naive attention, the backward) shows which kernel the model gets wrong.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ GPU_PRESETS = ((r"H200", "h200-sxm"), (r"H100", "h100-sxm5"),
 TARGETS = {"time_mape_pct": 10.0, "time_max_pct": 20.0, "dram_mape_pct": 5.0,
            "spearman_min": 0.9, "regret_max_pct": 5.0}
 METRICS = ("time", "dram", "l2")
+KERNEL_METRICS = ("time", "dram")
 
 
 def preset_for(gpu_name: str | None) -> str | None:
@@ -60,15 +67,40 @@ def _predicted(pred: dict) -> dict:
             "l2": _sum(b["global_read"], b["global_write"])}
 
 
-def _summary(rows: list[dict]) -> dict:
+def _summary(rows: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:
     out = {}
-    for m in METRICS:
+    for m in metrics:
         pairs = [(r["predicted"][m], r["measured"][m]) for r in rows
                  if r["predicted"][m] is not None and r["measured"][m]]
         p, q = [a for a, _ in pairs], [b for _, b in pairs]
         out[m] = {"n": len(pairs), "mape_pct": stats.mape(p, q) if pairs else None,
                   "max_pct": stats.max_abs_error(p, q) if pairs else None}
     return out
+
+
+def _errors(predicted: dict, measured: dict, metrics: tuple[str, ...]) -> dict:
+    return {m: (stats.pct_errors([predicted[m]], [measured[m]])[0]
+                if predicted[m] is not None and measured[m] else None) for m in metrics}
+
+
+def _kernel_rows(rec: dict, pred: dict, launch_s: float) -> list[dict]:
+    """Each profiled kernel against the prediction's kernel of the same name and place;
+    none if the record has no per-kernel counters or its kernels are not the prediction's."""
+    measured = (rec.get("counters") or {}).get("kernels") or []
+    predicted = pred.get("kernels") or []
+    if not measured or [k["name"] for k in measured] != [k.get("name") for k in predicted]:
+        return []
+    rows = []
+    for m, p in zip(measured, predicted, strict=True):
+        b = p.get("bytes", {})
+        time_s = p.get("time_s")
+        mine = {"time": None if time_s is None else time_s - launch_s,
+                "dram": _sum(b.get("dram_read"), b.get("dram_write"))}
+        theirs = {"time": m.get("duration_s"),
+                  "dram": _sum(m.get("dram_read_bytes"), m.get("dram_write_bytes"))}
+        rows.append({"name": m["name"], "predicted": mine, "measured": theirs,
+                     "error_pct": _errors(mine, theirs, KERNEL_METRICS)})
+    return rows
 
 
 def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
@@ -131,16 +163,19 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             unpredicted.append({"record_id": rec["record_id"], "reason": refused})
             continue
         measured, predicted = _measured(rec), _predicted(pred)
-        errors = {m: (stats.pct_errors([predicted[m]], [measured[m]])[0]
-                      if predicted[m] is not None and measured[m] else None) for m in METRICS}
         rows.append({"record_id": rec["record_id"], "hardware": name,
                      "group": group_key(rec), "shape": shape_key(rec), "tiling": rec["tiling"],
-                     "measured": measured, "predicted": predicted, "error_pct": errors,
+                     "measured": measured, "predicted": predicted,
+                     "error_pct": _errors(predicted, measured, METRICS),
+                     "kernels": _kernel_rows(rec, pred,
+                                             hw_cache[name].kernel_launch_overhead_s),
                      "bound": pred.get("bound"),
                      "synthetic": bool(rec.get("synthetic"))})
-    groups = defaultdict(list)
+    groups, kernels = defaultdict(list), defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r)
+        for k in r["kernels"]:
+            kernels[k["name"]].append(k)
     shapes = []
     by_shape = defaultdict(list)
     for r in rows:
@@ -172,6 +207,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         "summary": {
             "overall": overall,
             "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
+            "per_kernel": {k: _summary(ks, KERNEL_METRICS) for k, ks in sorted(kernels.items())},
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
             "spearman_min": min(rhos) if rhos else None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,

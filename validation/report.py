@@ -48,6 +48,17 @@ def tables(report: dict, per_config: bool = True) -> list:
                   _abs_pct(g["dram"]["mape_pct"]), _abs_pct(g["dram"]["max_pct"]),
                   _abs_pct(g["l2"]["mape_pct"]), _abs_pct(g["l2"]["max_pct"]))
     out.append(s)
+    per_kernel = summ.get("per_kernel") or {}
+    if per_kernel:
+        k = Table(title=f"per kernel: ncu duration vs predicted kernel time without the launch "
+                        f"overhead{mark}", title_justify="left")
+        for col in ("kernel", "n", "time MAPE", "time max", "DRAM MAPE", "DRAM max"):
+            k.add_column(col, justify="left" if col == "kernel" else "right")
+        for name, g in per_kernel.items():
+            k.add_row(name, str(max(g[m]["n"] for m in ("time", "dram"))),
+                      _abs_pct(g["time"]["mape_pct"]), _abs_pct(g["time"]["max_pct"]),
+                      _abs_pct(g["dram"]["mape_pct"]), _abs_pct(g["dram"]["max_pct"]))
+        out.append(k)
     if any(sh["spearman"] is not None for sh in report["shapes"]):
         r = Table(title="tiling ranking per shape", title_justify="left")
         for col in ("shape", "tilings", "Spearman", "regret", "predicted best",
