@@ -66,3 +66,18 @@ def test_console_script_entry_point_bad_input():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_problem_too_large_for_memory_is_one_line(capsys, monkeypatch):
+    """A grid whose work arrays do not fit (say B=1000, N=10^8: 25 G CTAs) fails to allocate;
+    the allocation failure is simulated here so that no machine is asked for 186 GiB."""
+    import simulator.prediction
+
+    def too_large(*_args, **_kwargs):
+        raise MemoryError("Unable to allocate 186. GiB for an array")
+
+    monkeypatch.setattr(simulator.prediction, "count_prediction", too_large)
+    assert main(["count", "--seq", "100000000", "--batch", "1000"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("tilesim: error: out of memory") and "too large" in err

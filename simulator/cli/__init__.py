@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     except ProblemError as exc:
         sys.stderr.write(f"tilesim: error: {exc}\n")
         return 2
+    except MemoryError as exc:
+        # The work arrays grow with the grid (CTAs) and, for traces, with the tile steps.
+        sys.stderr.write(f"tilesim: error: out of memory ({exc}): the problem is too large "
+                         "for this machine; try a smaller batch, fewer heads or a shorter "
+                         "sequence\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("tilesim: interrupted\n")
         return 130
