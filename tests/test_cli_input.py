@@ -81,3 +81,43 @@ def test_a_problem_too_large_for_memory_is_one_line(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("tilesim: error: out of memory") and "too large" in err
+
+
+OUTPUT_PATHS = {
+    "sweep --plot": ["sweep", "--seq", "256", "--heads", "1", "--plot", "/nonexistent/s.png"],
+    "simulate --timeline": ["simulate", "--seq", "256", "--heads", "1", "--timeline",
+                            "/nonexistent/t.json"],
+    "trace --out": ["trace", "--seq", "256", "--heads", "1", "--out", "/nonexistent/t.parquet"],
+    "reconcile --save": ["reconcile", "RECORDS", "--save", "/nonexistent/r.json"],
+    "reconcile --plot": ["reconcile", "RECORDS", "--plot", "/nonexistent/r.png"],
+    "calibrate --out": ["calibrate", "RECORDS", "--hardware", "h200-sxm", "--out",
+                        "/nonexistent/c.toml"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUTPUT_PATHS))
+def test_an_unwritable_output_fails_before_the_work(case, tmp_path, capsys, monkeypatch):
+    """A mistyped output directory is reported at once, not after minutes of simulation."""
+    from synthetic_records import counters, record
+
+    import simulator.sim
+    import validation.reconcile
+    from traces.problem import AttentionProblem
+    from traces.tiling import Tiling
+    from validation.records import write_records
+
+    def no_work(*_args, **_kwargs):
+        raise AssertionError("the work ran before the output path was checked")
+
+    monkeypatch.setattr(simulator.sim, "predict", no_work)
+    monkeypatch.setattr(simulator.sim, "run", no_work)
+    monkeypatch.setattr(validation.reconcile, "reconcile", no_work)
+    records = tmp_path / "records.jsonl"
+    write_records(records, [record("fa2", AttentionProblem(1, 2, 256, 64), Tiling(64, 32),
+                                   1e-4, counters(1e6, 2e6))])
+    argv = [str(records) if a == "RECORDS" else a for a in OUTPUT_PATHS[case]]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1
+    assert err.startswith("tilesim: error: cannot write /nonexistent/")
+    assert "does not exist" in err

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import print_json, write_atomically
+    from simulator.cli.common import check_output_paths, print_json, write_atomically
     from simulator.hardware import PRESET_DIR, load_hardware
     from traces.problem import ProblemError
     from validation import predict
@@ -39,6 +39,7 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix != ".toml":
         raise ProblemError(f"--out must be a .toml file, got {out}")
+    check_output_paths(out)
     base = load_hardware(args.hardware)
     base_path = Path(args.hardware)
     if not (base_path.suffix == ".toml" or base_path.exists()):

@@ -66,6 +66,23 @@ def tiling_from_args(args: argparse.Namespace) -> Tiling:
     return Tiling(**{k: v for k, v in given.items() if v is not None})
 
 
+def check_output_paths(*paths: str | Path | None) -> None:
+    """``ProblemError`` (one line) unless each given path's directory exists and is writable.
+
+    Commands call it before a long computation, so that a mistyped output path fails at
+    once instead of after the work.
+    """
+    for path in paths:
+        if path is None:
+            continue
+        path = Path(path)
+        directory = path.parent if str(path.parent) else Path(".")
+        if not directory.is_dir():
+            raise ProblemError(f"cannot write {path}: directory {directory} does not exist")
+        if not os.access(directory, os.W_OK):
+            raise ProblemError(f"cannot write {path}: directory {directory} is not writable")
+
+
 def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp_path)`` then rename onto ``path``: no partial file is ever left.
 
@@ -73,8 +90,7 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise ProblemError(f"cannot write {path}: directory {directory} does not exist")
+    check_output_paths(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:

@@ -24,12 +24,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import print_json, write_atomically
+    from simulator.cli.common import check_output_paths, print_json, write_atomically
     from traces.problem import ProblemError
     from validation import report as rp
     from validation.reconcile import reconcile
     from validation.records import read_many
 
+    check_output_paths(args.plot, args.save)
     records, errors = read_many(args.records)
     for err in errors:
         sys.stderr.write(f"tilesim: warning: skipped {err}\n")

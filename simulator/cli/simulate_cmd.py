@@ -13,6 +13,7 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
+    check_output_paths,
     print_json,
     problem_from_args,
     tiling_from_args,
@@ -38,6 +39,7 @@ def run(args) -> int:
     from simulator.sim import predict
 
     hw = load_hardware(args.hardware)
+    check_output_paths(args.timeline)
     pred, sim = predict(problem_from_args(args), tiling_from_args(args), args.schedule, hw,
                         args.mode)
     if args.timeline:

@@ -21,6 +21,7 @@ import sys
 from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
+    check_output_paths,
     print_json,
     problem_from_args,
 )
@@ -197,6 +198,7 @@ def run(args) -> int:
     from simulator.hardware import load_hardware
 
     hw = load_hardware(args.hardware)
+    check_output_paths(args.plot)
     problem = problem_from_args(args)
     tilings = candidate_tilings(args, problem)
     legal, refused = legal_tilings(problem, args.schedule, hw, tilings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from simulator.cli.common import (
     add_problem_args,
     add_tiling_args,
+    check_output_paths,
     problem_from_args,
     tiling_from_args,
     write_atomically,
@@ -28,6 +29,7 @@ def run(args) -> int:
     from traces.schedules import build_schedule
     from traces.trace import Trace, iter_kernel_traces, write_parquet
 
+    check_output_paths(args.out)
     sched = build_schedule(problem_from_args(args), tiling_from_args(args), args.schedule)
     if args.format == "parquet":
         trace = Trace.from_schedule(sched, tool_version())
