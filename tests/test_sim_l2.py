@@ -7,7 +7,17 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from simulator.sim.l2 import HIT, MISS, TILE_FIELDS, WRITE, WRITEBACK, BlockLayout, L2Cache
+from simulator.sim.l2 import (
+    GROUP,
+    HIT,
+    MISS,
+    PAGE,
+    TILE_FIELDS,
+    WRITE,
+    WRITEBACK,
+    BlockLayout,
+    L2Cache,
+)
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
 from traces.tiling import Tiling
@@ -184,3 +194,69 @@ def test_mixed_tiles_with_edges_match_reference_per_tile(seed, capacity, planes)
     np.testing.assert_array_equal(np.vstack([first, rest]), expected)
     cache.restore(saved)
     np.testing.assert_array_equal(cache.access(tiles[100:]), expected[100:])
+
+
+def _fresh_stream_counts(rows, store, capacity):
+    """Per access (hit, miss, written back) of the textbook reference, rows of 32 bytes."""
+    *_, counts = _reference([(int(r), 32, bool(s)) for r, s in zip(rows, store, strict=True)],
+                            capacity)
+    return np.array(counts, dtype=np.int64)
+
+
+def test_streaming_gives_buckets_and_pages_back():
+    """A stream over 100 000 blocks through a cache of 150: the pools never hold more than
+    the resident blocks' groups and pages, and pages left behind are released."""
+    cache = L2Cache(150 * 32, _layout(100_000, 8, 4, 1, 8))
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([np.arange(100_000), np.arange(100_000)[::-1]])
+    store = rng.random(rows.size) < 0.5
+    np.testing.assert_array_equal(cache.access(_tiles(rows, store)),
+                                  _fresh_stream_counts(rows, store, 150 * 32))
+    pages, buckets = cache.pools_taken
+    # 150 resident blocks (and the newcomer) span at most 21 groups, and pages of 512
+    # blocks at most 2; row 0 of each pool is never taken.
+    assert buckets <= 150 // GROUP + 3 and pages <= 3
+    assert np.count_nonzero(cache.top) <= 2
+    assert cache.used_bytes == 150 * 32
+
+
+def test_one_block_per_page_fills_the_pools_exactly():
+    """The worst case for the pools: every block in a page of its own. The pools are sized
+    for it, take one page and one bucket per resident block (and the newcomer), and reuse
+    what evictions free; counts stay exact."""
+    stride = GROUP * PAGE
+    cache = L2Cache(100 * 32, _layout(300 * stride, 8, 4, 1, 8))
+    rng = np.random.default_rng(1)
+    rows = stride * np.concatenate([np.arange(300), rng.integers(0, 300, 5000)])
+    store = rng.random(rows.size) < 0.3
+    np.testing.assert_array_equal(cache.access(_tiles(rows, store)),
+                                  _fresh_stream_counts(rows, store, 100 * 32))
+    assert cache.pools_taken == (102, 102)
+    assert cache.pages.shape[0] >= 102 and cache.word.shape[0] >= 102
+
+
+def test_restore_after_the_pools_grew():
+    """A snapshot taken while the pools are small; the accesses after it take (and dirty)
+    entries above the high-water mark, which a restore leaves behind. Replaying the same
+    accesses from the restored state must give the same counts and the same flush."""
+    stride = GROUP * PAGE
+    cache = L2Cache(2000 * 32, _layout(3000 * stride, 8, 4, 1, 8))
+    rng = np.random.default_rng(2)
+    head = rng.integers(0, 3000, 50) * stride
+    tail = np.concatenate([rng.integers(0, 3000, 3000) * stride + rng.integers(0, 8, 3000),
+                           np.arange(20_000)])
+    rows = np.concatenate([head, tail])
+    store = rng.random(rows.size) < 0.3
+    expected = _fresh_stream_counts(rows, store, 2000 * 32)
+    np.testing.assert_array_equal(cache.access(_tiles(head, store[:50])), expected[:50])
+    saved, small = cache.snapshot(), cache.pools_taken
+    first = cache.access(_tiles(tail, store[50:]))
+    grown = cache.pools_taken
+    assert grown[0] > 10 * small[0] and grown[1] > 10 * small[1]
+    flushed = cache.flush()
+    cache.restore(saved)
+    assert cache.pools_taken == small
+    np.testing.assert_array_equal(cache.access(_tiles(tail, store[50:])), first)
+    np.testing.assert_array_equal(first, expected[50:])
+    assert cache.pools_taken == grown
+    assert cache.flush() == flushed

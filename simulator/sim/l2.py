@@ -39,19 +39,28 @@ from traces.schedules.base import Access
 
 SECTOR_BYTES = 32
 HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics (bytes)
-# Scalars of the cache state (``meta``).
-_CLOCK, _HEAD, _LENGTH, _USED, _BUCKETS, _CAPACITY, _SHIFT, _MASK = range(8)
-# Blocks are kept in groups of this many consecutive block numbers: eight int64 words
-# fill one 64-byte CPU cache line.
+# Scalars of the cache state (``meta``): the capacity, the clock, the queue ring (first
+# record, records), bytes in use, then the pools' counters (pages taken, freed pages,
+# freed buckets, buckets taken; taking starts at 1, entry 0 means none).
+_CAPACITY, _CLOCK, _HEAD, _LENGTH, _USED, _PAGES, _FREE_PAGES, _FREE_BUCKETS, _BUCKETS = range(9)
+# A bucket holds this many consecutive block numbers: eight int64 words fill one 64-byte
+# CPU cache line.
 GROUP_BITS = 3
 GROUP = 1 << GROUP_BITS
 _GROUP_MASK = GROUP - 1
+# A directory page maps this many consecutive groups to their buckets (int32 entries,
+# 256 bytes): large enough that the top level is small (4 bytes per 512 blocks), small
+# enough that the worst case, a page per resident block, stays near 100 MB (the H200's
+# 60 MiB of 128-byte blocks); naive attention at N = 8192 takes 17 000 pages, 4 MB.
+PAGE_BITS = 6
+PAGE = 1 << PAGE_BITS
+_PAGE_MASK = PAGE - 1
+PAGE_SHIFT = GROUP_BITS + PAGE_BITS
 # A block's tag: (tensor * 4 + edges) * 2 + dirty, the low bits of its word (the stamp
 # above them is at least 1, so a resident block's word is never 0).
 TAG_BITS = 16
 _TAG_MASK = (1 << TAG_BITS) - 1
 DIRTY = 1
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @dataclass(frozen=True)
@@ -129,12 +138,19 @@ def _sectors(rows, row_bytes, contiguous):
 class L2Cache:
     """LRU state in flat arrays, driven by compiled functions (one call per access list).
 
-    Blocks are kept in groups of ``GROUP`` consecutive block numbers (a row of S, tiles
-    next to each other). ``group`` is an open-addressing hash table (linear probing) from
-    group number + 1 to a bucket (0: empty); bucket b holds one word per block of its
-    group, ``word[b, s] = stamp << TAG_BITS | tag`` (0: not resident), where ``stamp`` is the
-    clock value of the block's last access and ``tag`` its tensor, whether the tensor's
-    bottom or right edge cuts it (the bytes of each kind are in ``sizes``) and its dirty bit.
+    Where a block lives: a page table over block numbers, no hashing. Blocks are kept in
+    *buckets* of ``GROUP`` consecutive block numbers (a row of S, tiles next to each other);
+    bucket b holds one word per block, ``word[b, s] = stamp << TAG_BITS | tag`` (0: not
+    resident), where ``stamp`` is the clock value of the block's last access and ``tag`` its
+    tensor, whether the tensor's bottom or right edge cuts it (the bytes of each kind are in
+    ``sizes``) and its dirty bit. ``PAGE`` consecutive groups share a directory page:
+    ``top[block >> PAGE_SHIFT]`` is the block's page (0: none) and ``pages[page, group %
+    PAGE]`` its bucket (0: none). Row 0 of ``pages`` and of ``word`` is never used and stays
+    zero, so a lookup is three loads and no branch. Pages and buckets come from pools (a
+    high-water mark and a stack of freed ones, ``free_pages``/``free_buckets``); a bucket is
+    freed when its last resident block is evicted, a page when its last bucket is
+    (``page_buckets`` counts them). Freed entries are all zero; those taken from above the
+    high-water mark are cleared when taken (a ``restore`` leaves old contents there).
 
     Recency is kept by time stamps instead of a linked list: an access stamps the block
     with the next clock value and appends (block, stamp) to ``queue`` (a ring); the least
@@ -143,11 +159,20 @@ class L2Cache:
     stale ones; when the ring is full its stale records are squeezed out (``_compact``).
     That is exact LRU, the order a linked list would keep.
 
-    Why: with hundreds of thousands of resident blocks (naive attention's 1 x 64 blocks of
-    S) a linked list of per-block entries is larger than the CPU's caches and costs a cache
-    miss per entry and neighbour on every access. Here a group's blocks share one bucket,
-    one CPU cache line (and the table's keys are dense), and the queue is read and written
-    in order.
+    Why this shape: naive attention streams hundreds of millions of 128-byte blocks of S and
+    P through a cache that holds half a million, so nearly every access allocates a block
+    and evicts another; the cost is the CPU cache misses of finding both. A linked list of
+    per-block entries costs a miss per entry and neighbour; a hash table scatters
+    neighbouring groups over a table larger than the CPU's caches. The page table keeps the
+    directory of neighbouring blocks together (a tile's rows of S are neighbouring entries
+    of a few pages), the pools keep the buckets in use dense (a freed bucket, still in the
+    CPU's cache, is the next one taken), and the queue is read and written in order. On
+    naive attention at N = 8192 that is 35-45 ns a block, against 100-210 ns for a hash
+    table of the same buckets (whose probes for the block and its victim each missed).
+
+    Memory: the pools are sized for their worst case (a bucket and a page per resident
+    block), so they never overflow, but only what is taken is ever touched; ``top`` has one
+    4-byte entry per ``PAGE * GROUP`` blocks.
     """
 
     def __init__(self, capacity_bytes: int, layout: BlockLayout):
@@ -155,23 +180,25 @@ class L2Cache:
             raise ValueError(f"the L2 model handles at most {(1 << (TAG_BITS - 3)) - 1} "
                              f"tensors, got {layout.rows.shape[0]}.")
         self.layout = layout
+        # At most one block over the capacity is resident (before its victims leave).
         entries = min(layout.max_resident_blocks(capacity_bytes), layout.total_blocks) + 2
-        # Room for twice the buckets the resident blocks can need, but only a prefix is in
-        # use: it starts small and doubles when half full (``_grow``), so that the part in
-        # use stays in the CPU's caches; the rest is never touched (or copied).
-        bits = max(4, int(2 * entries - 1).bit_length())
-        start = min(bits, 10)
-        self.meta = np.array([1, 0, 0, 0, 0, capacity_bytes, 64 - start, (1 << start) - 1],
-                             dtype=np.int64)
-        self.group = _aligned_zeros((1 << bits,))
-        self.word = _aligned_zeros((1 << bits, GROUP))
+        directory = -(-layout.total_blocks // (PAGE * GROUP))
+        page_rows = min(entries, directory) + 1  # row 0: none
+        self.meta = np.array([capacity_bytes, 1, 0, 0, 0, 1, 0, 0, 1], dtype=np.int64)
+        self.top = np.zeros(max(directory, 1), dtype=np.int32)
+        self.pages = np.zeros((page_rows, PAGE), dtype=np.int32)
+        self.page_buckets = np.zeros(page_rows, dtype=np.int64)
+        self.free_pages = np.zeros(page_rows, dtype=np.int64)
+        self.word = _aligned_zeros((entries + 1, GROUP))
+        self.free_buckets = np.zeros(entries + 1, dtype=np.int64)
         # A ring of twice the resident blocks: after a compaction at least half is free.
         self.queue = np.zeros((2, 2 * entries), dtype=np.int64)  # block, stamp
         self.sizes = np.zeros((layout.rows.shape[0], 4, 2), dtype=np.int64)  # bytes, sectors
         self.stats = np.zeros((layout.rows.shape[0], 4), dtype=np.int64)
 
     def state(self) -> tuple:
-        return self.meta, self.group, self.word, self.queue, self.sizes, self.stats
+        return (self.meta, self.top, self.pages, self.page_buckets, self.free_pages, self.word,
+                self.free_buckets, self.queue, self.sizes, self.stats)
 
     def access(self, tiles: np.ndarray) -> np.ndarray:
         """Access the tiles (rows of ``TILE_FIELDS`` columns) in order; ``[n, 3]`` bytes out."""
@@ -187,12 +214,20 @@ class L2Cache:
     def used_bytes(self) -> int:
         return int(self.meta[_USED])
 
+    @property
+    def pools_taken(self) -> tuple[int, int]:
+        """Directory pages and buckets taken from the pools so far (high-water marks, row 0
+        included): what the largest resident set needed, not what is resident now."""
+        return int(self.meta[_PAGES]), int(self.meta[_BUCKETS])
+
     def snapshot(self) -> tuple:
-        """A copy of the state; of the table only the part in use (the rest is never read:
-        ``_grow`` clears what it takes into use)."""
-        in_use = int(self.meta[_MASK]) + 1
-        return (self.meta.copy(), self.group[:in_use].copy(), self.word[:in_use].copy(),
-                self.queue.copy(), self.sizes.copy(), self.stats.copy())
+        """A copy of the state; of the pools only the part in use (the rest is never read:
+        what is taken from above a high-water mark is cleared first)."""
+        meta = self.meta
+        in_use = (None, None, meta[_PAGES], meta[_PAGES], meta[_FREE_PAGES], meta[_BUCKETS],
+                  meta[_FREE_BUCKETS], None, None, None)
+        return tuple(a.copy() if n is None else a[:int(n)].copy()
+                     for a, n in zip(self.state(), in_use, strict=True))
 
     def restore(self, saved: tuple) -> None:
         for current, old in zip(self.state(), saved, strict=True):
@@ -209,90 +244,41 @@ def _aligned_zeros(shape: tuple) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
-def _home(g, shift):  # pragma: no cover - numba
-    """First bucket to probe for group ``g`` (Fibonacci hashing: the top bits of a product)."""
-    return np.int64((np.uint64(g) * _GOLDEN) >> np.uint64(shift))
-
-
-@njit(cache=True, inline="always")
-def _bucket(group, g, mask, shift):  # pragma: no cover - numba
-    """(bucket of group ``g``, True), or (the empty bucket to use, False)."""
-    b = _home(g, shift)
-    while True:
-        k = group[b]
-        if k == g + 1:
-            return b, True
-        if k == 0:
-            return b, False
-        b = (b + 1) & mask
-
-
-@njit(cache=True, inline="always")
-def _remove(group, word, hole, mask, shift):  # pragma: no cover - numba
-    """Empty bucket ``hole``, shifting later buckets of its cluster back (linear probing
-    without tombstones)."""
-    b = hole
-    while True:
-        group[hole] = 0
-        while True:
-            b = (b + 1) & mask
-            moved = group[b]
-            if moved == 0:
-                return
-            home = _home(moved - 1, shift)
-            # The bucket at b stays if its home lies cyclically in (hole, b].
-            if not ((hole < b and hole < home <= b) or (hole > b and (home > hole or home <= b))):
-                break
-        group[hole] = moved
-        for s in range(GROUP):
-            word[hole, s] = word[b, s]
-        hole = b
+def _find(top, pages, block):  # pragma: no cover - numba
+    """(page, bucket) of ``block``'s group, 0 where there is none."""
+    page = top[block >> PAGE_SHIFT]
+    return page, pages[page, (block >> GROUP_BITS) & _PAGE_MASK]
 
 
 @njit(cache=True)
 def cursor(meta):  # pragma: no cover - numba
-    """The clock, queue ring (first record, records), bytes in use and buckets in use as
-    local scalars.
+    """The clock, queue ring (first record, records), bytes in use and the pools' counters
+    (pages taken, freed pages, freed buckets, buckets taken) as local scalars.
 
     Hot loops keep these in locals and write them back with ``save_cursor``: kept in the
     ``meta`` array, every update would be a store the compiler must reload (the arrays may
     alias), which costs several times the lookup itself.
     """
-    return meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_BUCKETS]
+    return (meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_PAGES],
+            meta[_FREE_PAGES], meta[_FREE_BUCKETS], meta[_BUCKETS])
 
 
 @njit(cache=True)
 def save_cursor(meta, cur):  # pragma: no cover - numba
-    meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_BUCKETS] = cur
+    (meta[_CLOCK], meta[_HEAD], meta[_LENGTH], meta[_USED], meta[_PAGES], meta[_FREE_PAGES],
+     meta[_FREE_BUCKETS], meta[_BUCKETS]) = cur
 
 
 @njit(cache=True)
-def _grow(meta, group, word):  # pragma: no cover - numba
-    """Double the part of the table in use and re-insert every bucket."""
-    old = meta[_MASK] + 1
-    was_group, was_word = group[:old].copy(), word[:old].copy()
-    meta[_MASK] = 2 * old - 1
-    meta[_SHIFT] -= 1
-    mask, shift = meta[_MASK], meta[_SHIFT]
-    group[:2 * old] = 0
-    for j in range(old):
-        if was_group[j]:
-            b, _ = _bucket(group, was_group[j] - 1, mask, shift)
-            group[b] = was_group[j]
-            word[b] = was_word[j]
-
-
-@njit(cache=True)
-def _compact(meta, group, word, queue):  # pragma: no cover - numba
+def _compact(meta, top, pages, word, queue):  # pragma: no cover - numba
     """Drop the ring's stale records, keeping the order of the others."""
-    mask, shift = meta[_MASK], meta[_SHIFT]
     ring = queue.shape[1]
     r = w = meta[_HEAD]
     kept = 0
     for _ in range(meta[_LENGTH]):
         block = queue[0, r]
-        b, found = _bucket(group, block >> GROUP_BITS, mask, shift)
-        if found and word[b, block & _GROUP_MASK] >> TAG_BITS == queue[1, r]:
+        _, b = _find(top, pages, block)
+        if word[b, block & _GROUP_MASK] >> TAG_BITS == queue[1, r]:
             queue[0, w], queue[1, w] = block, queue[1, r]
             w = w + 1 if w + 1 < ring else 0
             kept += 1
@@ -318,11 +304,10 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
     performance: a call that passes the cache arrays costs more in reference counting than
     the lookup itself.
     """
-    meta, group, word, queue, sizes, stats = state
+    meta, top, pages, page_buckets, free_pages, word, free_buckets, queue, sizes, stats = state
     rows, cols, elem, block_rows, block_cols, row_blocks, col_blocks, base = layout
-    clock, head, length, used, buckets = cursor(meta)
+    clock, head, length, used, n_pages, n_free_pages, n_free_buckets, n_buckets = cursor(meta)
     capacity = meta[_CAPACITY]
-    mask, shift = meta[_MASK], meta[_SHIFT]
     ring = queue.shape[1]
     for j in range(n):
         t, plane = tiles[j, T_TENSOR], tiles[j, T_PLANE]
@@ -350,8 +335,8 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                 valid = valid_rows * row_bytes
                 block = base[t] + (plane * row_blocks[t] + br) * col_blocks[t] + bc
                 s = block & _GROUP_MASK
-                b, found = _bucket(group, block >> GROUP_BITS, mask, shift)
-                w = word[b, s] if found else 0
+                page, b = _find(top, pages, block)
+                w = word[b, s]
                 if w:
                     if store:
                         w |= DIRTY
@@ -378,14 +363,26 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                             stats[t, WRITEBACK] += valid
                             written += valid
                         continue
-                    if not found:
-                        if 2 * (buckets + 1) > mask + 1 and mask + 1 < group.shape[0]:
-                            _grow(meta, group, word)
-                            mask, shift = meta[_MASK], meta[_SHIFT]
-                            b, _ = _bucket(group, block >> GROUP_BITS, mask, shift)
-                        group[b] = (block >> GROUP_BITS) + 1
-                        word[b] = 0
-                        buckets += 1
+                    if b == 0:  # take a bucket (and a page) from the pools
+                        if page == 0:
+                            if n_free_pages:
+                                n_free_pages -= 1
+                                page = free_pages[n_free_pages]
+                            else:
+                                page = n_pages
+                                n_pages += 1
+                                pages[page] = 0
+                                page_buckets[page] = 0
+                            top[block >> PAGE_SHIFT] = page
+                        if n_free_buckets:
+                            n_free_buckets -= 1
+                            b = free_buckets[n_free_buckets]
+                        else:
+                            b = n_buckets
+                            n_buckets += 1
+                            word[b] = 0
+                        pages[page, (block >> GROUP_BITS) & _PAGE_MASK] = b
+                        page_buckets[page] += 1
                     # The block's bytes by the edges that cut it (the same for all such).
                     edge = 2 * (valid_rows < r) + (valid_cols < c)
                     sizes[t, edge, 0], sizes[t, edge, 1] = valid, sectors
@@ -393,8 +390,9 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                     used += sectors
                 word[b, s] = (clock << TAG_BITS) | (w & _TAG_MASK)
                 if length == ring:
-                    save_cursor(meta, (clock, head, length, used, buckets))
-                    _compact(meta, group, word, queue)
+                    save_cursor(meta, (clock, head, length, used, n_pages, n_free_pages,
+                                       n_free_buckets, n_buckets))
+                    _compact(meta, top, pages, word, queue)
                     length = meta[_LENGTH]
                 at = head + length
                 at = at - ring if at >= ring else at
@@ -408,10 +406,11 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                     head = head + 1 if head + 1 < ring else 0
                     length -= 1
                     vs = victim & _GROUP_MASK
-                    v, found = _bucket(group, victim >> GROUP_BITS, mask, shift)
-                    if not found or word[v, vs] >> TAG_BITS != when:
-                        continue  # stale: the block was accessed since
-                    kind = word[v, vs] & _TAG_MASK
+                    vp, v = _find(top, pages, victim)
+                    kind = word[v, vs]
+                    if kind >> TAG_BITS != when:
+                        continue  # stale: the block was accessed since (or is gone)
+                    kind &= _TAG_MASK
                     vt, vedge = kind >> 3, (kind >> 1) & 3
                     used -= sizes[vt, vedge, 1]
                     if kind & DIRTY:
@@ -423,28 +422,34 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                         if word[v, k]:
                             empty = False
                             break
-                    if empty:
-                        _remove(group, word, v, mask, shift)
-                        buckets -= 1
+                    if empty:  # give the bucket back, and its page if that was its last
+                        pages[vp, (victim >> GROUP_BITS) & _PAGE_MASK] = 0
+                        free_buckets[n_free_buckets] = v
+                        n_free_buckets += 1
+                        page_buckets[vp] -= 1
+                        if page_buckets[vp] == 0:
+                            top[victim >> PAGE_SHIFT] = 0
+                            free_pages[n_free_pages] = vp
+                            n_free_pages += 1
         out[j, 0] = hit
         out[j, 1] = miss
         out[j, 2] = written
-    save_cursor(meta, (clock, head, length, used, buckets))
+    save_cursor(meta, (clock, head, length, used, n_pages, n_free_pages, n_free_buckets,
+                       n_buckets))
 
 
 @njit(cache=True)
 def flush(state):  # pragma: no cover - numba
     """Write back every dirty block, leaving it resident (clean)."""
-    meta, group, word, queue, sizes, stats = state
+    meta, _, _, _, _, word, _, _, sizes, stats = state
     written = 0
-    for b in range(meta[_MASK] + 1):
-        if group[b]:
-            for s in range(GROUP):
-                w = word[b, s]
-                if w & DIRTY:
-                    word[b, s] = w - DIRTY
-                    kind = w & _TAG_MASK
-                    nbytes = sizes[kind >> 3, (kind >> 1) & 3, 0]
-                    stats[kind >> 3, WRITEBACK] += nbytes
-                    written += nbytes
+    for b in range(1, meta[_BUCKETS]):  # freed buckets are all zero
+        for s in range(GROUP):
+            w = word[b, s]
+            if w & DIRTY:
+                word[b, s] = w - DIRTY
+                kind = w & _TAG_MASK
+                nbytes = sizes[kind >> 3, (kind >> 1) & 3, 0]
+                stats[kind >> 3, WRITEBACK] += nbytes
+                written += nbytes
     return written
