@@ -137,7 +137,7 @@ def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, se
     records x one simulation): ``jobs`` spreads the records over processes (``predictor``
     must then be a module-level function), ``train_max_seq`` fits only on training shapes
     up to that sequence length (a simulation's cost grows with it; naive attention at 16k
-    takes about 40 s) and ``max_train_records`` on a seeded, schedule-balanced subset of the
+    takes about 20 s) and ``max_train_records`` on a seeded, schedule-balanced subset of the
     training records. Neither changes the held-out shapes: they are split off first, at
     every length, and training records left out by either are neither fitted nor reported.
     """

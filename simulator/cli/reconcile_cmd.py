@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                         "prediction run gives both)")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes predicting the records (default 1; naive attention at "
-                        "N = 16k takes about 40 s per record)")
+                        "N = 16k takes about 20 s per record)")
     p.set_defaults(func=run)
 
 
