@@ -16,7 +16,9 @@ PyTorch peers of every problem, and every legal candidate's ratings per group
 (``candidate_ratings``), so that a new selection rule can be applied without rating the
 candidates again. Plans are frozen into
 ``validation/plans/<name>.json`` by ``python -m validation.matrix write default quick``, so
-that the GPU machine needs no model.
+that the GPU machine needs no model. When the model changes, ``rerate --schedule S`` rates
+one schedule's groups again and keeps the others' ratings (each group records when it was
+rated, ``rated_utc``); ``reselect`` applies a new selection rule to the kept ratings.
 """
 
 from __future__ import annotations
