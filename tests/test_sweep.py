@@ -92,3 +92,17 @@ def test_bad_list_is_a_usage_error(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", "--block-m", bad])
     assert exc.value.code == 2
+
+
+def test_ties_with_the_best_are_counted(capsys):
+    """A memory-bound decode: its tilings differ in warps and stages but not in bytes, so
+    several tie; the table says how many lie within 1% of the best (JSON gives the times)."""
+    argv = ["sweep", "--schedule", "decode", "--batch", "16", "--heads", "32", "--kv-heads",
+            "8", "--seq", "1", "--kv-seq", "16384", "--block-n", "32,64", "--stages", "2",
+            "--warps", "4,8", "--split-kv", "1", "--jobs", "1"]
+    assert main([*argv, "--json"]) == 0
+    times = [r["time_s"] for r in json.loads(capsys.readouterr().out)["results"]]
+    close = sum(t <= min(times) * 1.01 for t in times)
+    assert close > 1
+    assert main(argv) == 0
+    assert f"{close} tilings within 1% of the best" in capsys.readouterr().out

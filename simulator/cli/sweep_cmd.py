@@ -6,7 +6,8 @@ decode schedule does not use ``block_m``: its sweep varies ``split_kv`` (powers 
 to the number of K/V blocks) instead. Tilings whose CTA does not fit on an SM are left
 out (counted). Simulations run in parallel over the CPU's cores with a progress bar; all
 tilings of one sweep use the same engine (aggregated as soon as one needs it), so their
-times compare like with like. Prints the ranked table (best marked), ``--plot`` writes a
+times compare like with like. Prints the ranked table (best marked; how many tilings lie
+within ``TIE`` of the best, since a tie leaves the choice free), ``--plot`` writes a
 heatmap of the best time per (block_m, block_n) cell, ``--json`` prints every result.
 """
 
@@ -30,6 +31,7 @@ from traces.problem import ProblemError
 BLOCKS = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3, 4, 5)
 WARPS = (4, 8)
+TIE = 0.01  # tilings predicted within this fraction of the best are counted as ties
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -245,8 +247,14 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
                       fmt_bytes(r["bytes"]["dram_read"] + r["bytes"]["dram_write"]),
                       fmt_bytes(r["sram_peak_bytes_per_cta"]), str(r["ctas_per_sm"]),
                       r["bound"], "[bold green]best[/]" if rank == 1 else "")
+    notes = []
+    timed = [r["time_s"] for r in results if "error" not in r]
+    close = sum(t <= min(timed) * (1 + TIE) for t in timed) if timed else 0
+    if close > 1:  # ties are the answer too: the choice among them is free
+        notes.append(f"{close} tilings within {100 * TIE:g}% of the best")
     if refused:
-        table.caption = "left out: " + "; ".join(f"{n} {r}" for r, n in refused.items())
+        notes.append("left out: " + "; ".join(f"{n} {r}" for r, n in refused.items()))
+    table.caption = "; ".join(notes) or None
     print_tables([table])
 
 
