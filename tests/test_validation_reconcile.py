@@ -213,6 +213,14 @@ def test_per_kernel_rows_by_hand():
     assert list(per_kernel) == sorted(names)
     assert per_kernel["naive_softmax"]["time"] == {"n": 1, "mape_pct": pytest.approx(20.0),
                                                    "max_pct": pytest.approx(20.0)}
+    # What launching costs: measured time minus the kernels' durations, per kernel,
+    # (90 - 83) / 3 us for both records (the order of the kernels does not matter here).
+    gap = report["summary"]["launch_gap_s"]
+    assert gap["median"] == pytest.approx(7e-6 / 3) and gap["n"] == 2
+    assert gap["preset"] == {"h200-sxm": launch}
+    from validation.report import target_lines
+    assert any(line.startswith("launch cost:") and "2.33 us per kernel over 2 records" in line
+               for line in target_lines(report))
     # The summary table per kernel shows them.
     from rich.console import Console
 

@@ -17,6 +17,10 @@ name and order): each kernel's predicted time without the launch overhead (the p
 ``kernel_launch_overhead_s``, which ncu's ``gpu__time_duration`` does not see) against
 ncu's duration, and its DRAM bytes; summarized per kernel name. That is where a schedule
 of several kernels (naive attention, the backward) shows which kernel the model gets wrong.
+The measured time minus the kernels' ncu durations, per kernel launch, is what launching
+costs on the GPU (the launch latency and the gaps between kernels): its median over the
+records is reported beside the preset's ``kernel_launch_overhead_s``, an assumption that
+measurement can replace.
 """
 
 from __future__ import annotations
@@ -103,6 +107,23 @@ def _kernel_rows(rec: dict, pred: dict, launch_s: float) -> list[dict]:
     return rows
 
 
+def _launch_gap_s(rec: dict) -> float | None:
+    """(measured time - the ncu durations of its kernels) / kernels; None without them."""
+    kernels = (rec.get("counters") or {}).get("kernels") or []
+    durations = [k.get("duration_s") for k in kernels]
+    if not durations or None in durations:
+        return None
+    return (rec["timing"]["median_s"] - sum(durations)) / len(durations)
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
     """One record per (GPU, config): the latest measurement wins."""
     latest: dict[tuple, dict] = {}
@@ -169,6 +190,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "error_pct": _errors(predicted, measured, METRICS),
                      "kernels": _kernel_rows(rec, pred,
                                              hw_cache[name].kernel_launch_overhead_s),
+                     "launch_gap_s": _launch_gap_s(rec),
                      "bound": pred.get("bound"),
                      "synthetic": bool(rec.get("synthetic"))})
     groups, kernels = defaultdict(list), defaultdict(list)
@@ -208,6 +230,11 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "overall": overall,
             "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
             "per_kernel": {k: _summary(ks, KERNEL_METRICS) for k, ks in sorted(kernels.items())},
+            "launch_gap_s": {
+                "median": _median([r["launch_gap_s"] for r in rows
+                                   if r["launch_gap_s"] is not None]),
+                "n": sum(r["launch_gap_s"] is not None for r in rows),
+                "preset": {n: hw_cache[n].kernel_launch_overhead_s for n in sorted(hw_cache)}},
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
             "spearman_min": min(rhos) if rhos else None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,

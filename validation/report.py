@@ -93,6 +93,12 @@ def target_lines(report: dict) -> list[str]:
     if report["model"] == "counts":
         lines.append("note: the timing simulator is not available; predicted time and DRAM "
                      "bytes are n/a, global (L2) bytes come from exact counts")
+    gap = summ.get("launch_gap_s") or {}
+    if gap.get("median") is not None:
+        assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())
+        lines.append(f"launch cost: measured time minus ncu kernel durations, median "
+                     f"{fmt_time(gap['median'])} per kernel over {gap['n']} records "
+                     f"(preset kernel_launch_overhead_s: {assumed})")
     for item in report["unpredicted"]:
         lines.append(f"note: {item['record_id']} not predicted: {item['reason']}")
     if report["duplicates_dropped"]:
