@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import defaultdict
 
 from simulator.hardware import load_hardware
@@ -114,14 +115,6 @@ def _launch_gap_s(rec: dict) -> float | None:
     if not durations or None in durations:
         return None
     return (rec["timing"]["median_s"] - sum(durations)) / len(durations)
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
@@ -218,6 +211,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             entry["best_predicted"] = timed[min(range(len(p)), key=lambda i: p[i])]["tiling"]
         shapes.append(entry)
     rhos = [s["spearman"] for s in shapes if s["spearman"] is not None]
+    gaps = [r["launch_gap_s"] for r in rows if r["launch_gap_s"] is not None]
     regrets = [s["regret_pct"] for s in shapes if s["regret_pct"] is not None]
     overall = _summary(rows)
     report = {
@@ -231,9 +225,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
             "per_kernel": {k: _summary(ks, KERNEL_METRICS) for k, ks in sorted(kernels.items())},
             "launch_gap_s": {
-                "median": _median([r["launch_gap_s"] for r in rows
-                                   if r["launch_gap_s"] is not None]),
-                "n": sum(r["launch_gap_s"] is not None for r in rows),
+                "median": statistics.median(gaps) if gaps else None, "n": len(gaps),
                 "preset": {n: hw_cache[n].kernel_launch_overhead_s for n in sorted(hw_cache)}},
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
             "spearman_min": min(rhos) if rhos else None,
