@@ -250,6 +250,16 @@ def _find(top, pages, block):  # pragma: no cover - numba
     return page, pages[page, (block >> GROUP_BITS) & _PAGE_MASK]
 
 
+@njit(cache=True, inline="always")
+def _take(free, n_free, n_taken):  # pragma: no cover - numba
+    """An entry from a pool: the last freed one, else the next above the high-water mark
+    (``fresh``: its contents may be stale, after a ``restore``, and must be cleared).
+    Returns (entry, freed left, taken so far, fresh)."""
+    if n_free:
+        return free[n_free - 1], n_free - 1, n_taken, False
+    return n_taken, n_free, n_taken + 1, True
+
+
 @njit(cache=True)
 def cursor(meta):  # pragma: no cover - numba
     """The clock, queue ring (first record, records), bytes in use and the pools' counters
@@ -365,21 +375,15 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
                         continue
                     if b == 0:  # take a bucket (and a page) from the pools
                         if page == 0:
-                            if n_free_pages:
-                                n_free_pages -= 1
-                                page = free_pages[n_free_pages]
-                            else:
-                                page = n_pages
-                                n_pages += 1
+                            page, n_free_pages, n_pages, fresh = _take(free_pages,
+                                                                       n_free_pages, n_pages)
+                            if fresh:
                                 pages[page] = 0
                                 page_buckets[page] = 0
                             top[block >> PAGE_SHIFT] = page
-                        if n_free_buckets:
-                            n_free_buckets -= 1
-                            b = free_buckets[n_free_buckets]
-                        else:
-                            b = n_buckets
-                            n_buckets += 1
+                        b, n_free_buckets, n_buckets, fresh = _take(free_buckets,
+                                                                    n_free_buckets, n_buckets)
+                        if fresh:
                             word[b] = 0
                         pages[page, (block >> GROUP_BITS) & _PAGE_MASK] = b
                         page_buckets[page] += 1
