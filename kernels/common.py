@@ -7,7 +7,6 @@ and masked ones (the causal diagonal and the partial tile at the end of a sequen
 """
 
 import contextlib
-import math
 
 import numpy as np
 import torch
@@ -142,10 +141,6 @@ def default_tiling(algorithm: str, head_dim: int, backward: bool = False) -> Til
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def pow2_at_least(n: int, lo: int = 1) -> int:
-    return max(lo, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
 
 @triton.jit

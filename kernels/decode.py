@@ -11,8 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import alloc, cdiv, dot_fp32, kv_blocks_visible, mma_operand, pow2_at_least
+from kernels.common import alloc, cdiv, dot_fp32, kv_blocks_visible, mma_operand
 from kernels.fa2 import attn_fwd_inner
+from traces.schedules.base import pow2_at_least
 from traces.tiling import Tiling
 
 MAX_DECODE_QUERIES = 16

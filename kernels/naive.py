@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import alloc, cdiv, dot_fp32, mma_operand, pow2_at_least
+from kernels.common import alloc, cdiv, dot_fp32, mma_operand
+from traces.schedules.base import pow2_at_least
 from traces.tiling import Tiling
 
 

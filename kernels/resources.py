@@ -29,6 +29,7 @@ from pathlib import Path
 
 import triton.language as tl
 
+from traces.schedules.base import pow2_at_least
 from traces.tiling import Tiling
 
 # kernel name -> module that defines it, in schedule order
@@ -94,9 +95,9 @@ def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
     """
     values = {"BLOCK_M": tiling.block_m, "BLOCK_N": tiling.block_n, "HEAD_DIM": head_dim,
               "CAUSAL": causal, "DOT_FP32": False,
-              "ROW": max(16, 1 << (seq_kv - 1).bit_length()),
-              "BLOCK_R": max(16, 1 << (decode_rows - 1).bit_length()),
-              "BLOCK_Q": 1 << (min(decode_rows, 16) - 1).bit_length()}
+              "ROW": pow2_at_least(seq_kv, 16),
+              "BLOCK_R": pow2_at_least(decode_rows, 16),
+              "BLOCK_Q": pow2_at_least(min(decode_rows, 16))}
     return {name: values[name] for name in _constexpr_names(kernel)}
 
 

@@ -154,3 +154,20 @@ def test_decode_issues_its_padded_group_rows():
         work = _issued_work(kernel, prog, tiling, problem.dtype)
         expected = np.array([count.tensor_flops, count.exp_ops, count.other_flops]) * ratio
         assert work == pytest.approx(expected, rel=1e-9), kernel.name
+
+
+def test_short_softmax_rows_issue_the_twins_sixteen_columns():
+    """naive_softmax's twin holds ``pow2_at_least(Nkv, 16)`` columns (one rule, shared
+    with the kernels): a row of 8 keys issues 16 exps."""
+    from traces.schedules.base import pow2_at_least
+
+    assert [pow2_at_least(n) for n in (1, 3, 16, 17)] == [1, 4, 16, 32]
+    assert pow2_at_least(5, 16) == 16 and pow2_at_least(130, 16) == 256
+    problem, tiling = AttentionProblem(1, 2, 8, 64), Tiling(16, 16)
+    sched = build_schedule(problem, tiling, "naive")
+    softmax = [(k, p) for k, p in zip(sched.kernels, schedule_programs(sched, HW), strict=True)
+               if k.name == "naive_softmax"]
+    (kernel, prog), = softmax
+    rows = problem.batch * problem.heads * problem.seq_q
+    assert list(_issued_work(kernel, prog, tiling, problem.dtype)) == pytest.approx(
+        [0, rows * 16, 4 * rows * 16], rel=1e-9)

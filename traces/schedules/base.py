@@ -161,6 +161,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pow2_at_least(n: int, lo: int = 1) -> int:
+    """The smallest power of two >= ``n`` and >= ``lo``: the block a Triton twin allocates
+    for ``n`` rows or columns (``tl.arange`` needs a power of two; ``tl.dot`` 16 rows)."""
+    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+
+
 def grid_coords(*axes: tuple[str, int]) -> dict[str, np.ndarray]:
     """CTA coordinates of a grid, first axis fastest: ``grid_coords(("i", Tr), ("bh", BH))``."""
     sizes = [n for _, n in axes]

@@ -21,6 +21,7 @@ from traces.schedules.base import (
     causal_last_block,
     cdiv,
     grid_coords,
+    pow2_at_least,
     tile_compute,
     valid_extent,
 )
@@ -92,7 +93,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def finish(rows):
         return 0, rows, rows * d + rows
 
-    padded = max(16, 1 << (rows - 1).bit_length())  # the twin pads rows to a power of 2
+    padded = pow2_at_least(rows, 16)  # the twin's BLOCK_R
 
     split = Kernel(
         name="decode_split",
@@ -113,7 +114,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
 
     heads = grid_coords(("h", p.heads), ("b", p.batch))
     nq = p.seq_q
-    nq_padded = 1 << (nq - 1).bit_length()  # the twin's power-of-two block of rows
+    nq_padded = pow2_at_least(nq)  # the twin's BLOCK_Q
 
     def combine(n):
         return 0, n, 3 * n * d + n

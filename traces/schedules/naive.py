@@ -19,6 +19,7 @@ from traces.schedules.base import (
     Tensor,
     cdiv,
     grid_coords,
+    pow2_at_least,
     tile_compute,
     valid_extent,
 )
@@ -130,7 +131,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     def softmax(n):
         return 0, n, 4 * n  # mask+max, subtract, sum, divide per element; one exp each
 
-    row_width = 1 << (p.seq_kv - 1).bit_length()  # the twin holds a power-of-two row
+    row_width = pow2_at_least(p.seq_kv, 16)  # the twin's ROW
 
     softmax_kernel = k.kernel("naive_softmax", rows, np.zeros(rows["r"].size), [
         Access(LOAD, "s", 1, p.seq_kv, row),
