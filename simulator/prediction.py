@@ -78,6 +78,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
     global_write = sum(k["bytes"]["global_write"] for k in kernels)
     tensor_flops = sum(k["flops"]["tensor"] for k in kernels)
     main = max(kernels, key=lambda k: (k["flops"]["tensor"], k["bytes"]["global_read"]))
+    fits_memory = sched.device_bytes <= hw.hbm_bytes  # the tensors, not counting the driver's
     return {
         "schema": SCHEMA,
         "tool_version": tool_version(),
@@ -96,7 +97,9 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
         "arithmetic_intensity": tensor_flops / max(global_read + global_write, 1),
         "sram_peak_bytes_per_cta": max(k["sram_bytes_per_cta"] for k in kernels),
         "ctas_per_sm": main["ctas_per_sm"],
-        "legal": all(k["legal"] for k in kernels),
+        "device_memory_bytes": sched.device_bytes,
+        "fits_device_memory": fits_memory,
+        "legal": all(k["legal"] for k in kernels) and fits_memory,
         "time_s": None,
         "bound": None,
         "kernels": kernels,

@@ -79,7 +79,8 @@ def counts_tables(pred: dict) -> list:
         ("arithmetic intensity", f"{pred['arithmetic_intensity']:.1f} FLOP/B (global)"),
         ("SRAM peak per CTA", fmt_bytes(pred["sram_peak_bytes_per_cta"])),
         ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"])),
-        ("legal on this GPU", "yes" if pred["legal"] else "[red]NO: a CTA does not fit[/red]"),
+        ("device memory (all tensors)", fmt_bytes(pred["device_memory_bytes"])),
+        ("legal on this GPU", _legal(pred)),
     ]
     issued = f.get("issued", {}).get("tensor")
     if issued is not None and issued > f["tensor"]:
@@ -92,6 +93,14 @@ def counts_tables(pred: dict) -> list:
     for row in rows:
         summary.add_row(*row)
     return [kernels, tensors, summary]
+
+
+def _legal(pred: dict) -> str:
+    if pred["legal"]:
+        return "yes"
+    if not pred["fits_device_memory"]:
+        return "[red]NO: the tensors do not fit in device memory[/red]"
+    return "[red]NO: a CTA does not fit[/red]"
 
 
 def _problem_line(p: dict) -> str:

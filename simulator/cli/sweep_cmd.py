@@ -32,6 +32,7 @@ BLOCKS = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3, 4, 5)
 WARPS = (4, 8)
 TIE = 0.01  # tilings predicted within this fraction of the best are counted as ties
+MEMORY_REASON = "need more device memory than the GPU has"
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -86,19 +87,28 @@ def candidate_tilings(args, problem) -> list:
 
 
 def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
-    """The tilings that run, and why the others do not (reason -> count)."""
+    """The tilings that run, and why the others do not (reason -> count). If none runs
+    because the tensors outgrow device memory, raises that error (it names the sizes)."""
+    from simulator.device_memory import DeviceMemoryError, check_device_memory
     from simulator.sim import check_fits
     from traces.schedules import build_schedule
 
-    legal, refused = [], {}
+    legal, refused, too_large = [], {}, None
     for tiling in tilings:
         try:
+            check_device_memory(problem, tiling, schedule, hw)
             check_fits(build_schedule(problem, tiling, schedule), hw)
+        except DeviceMemoryError as exc:
+            too_large = exc
+            refused[MEMORY_REASON] = refused.get(MEMORY_REASON, 0) + 1
+            continue
         except ProblemError as exc:
             reason = _reason(str(exc))
             refused[reason] = refused.get(reason, 0) + 1
             continue
         legal.append(tiling)
+    if not legal and list(refused) == [MEMORY_REASON]:
+        raise too_large
     return legal, refused
 
 

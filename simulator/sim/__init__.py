@@ -77,7 +77,9 @@ def check_fits(schedule, hw: Hardware) -> None:
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
         mode: str = "auto") -> Simulation:
-    """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run."""
+    """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run
+    (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all)."""
+    from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
     from simulator.sim.program import schedule_programs
     from simulator.sim.warmup import fast_numba_start
@@ -86,6 +88,7 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     if mode not in MODES:
         raise ProblemError(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}.')
     started = time.perf_counter()
+    check_device_memory(problem, tiling, schedule, hw)
     sched = build_schedule(problem, tiling, schedule)
     check_fits(sched, hw)
     fast_numba_start()

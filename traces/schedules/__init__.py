@@ -24,6 +24,7 @@ from traces.schedules.base import (
 from traces.tiling import Tiling
 
 SCHEDULE_NAMES = ("naive", "fa1", "fa2", "decode")
+_MODULES = {"naive": naive, "fa1": fa1, "fa2": fa2, "decode": decode}
 DECODE_MAX_SEQ_Q = 16
 
 
@@ -39,6 +40,16 @@ class Schedule:
     def tensor_names(self) -> list[str]:
         return list(self.tensors)
 
+    @property
+    def device_bytes(self) -> int:
+        return device_bytes(self.tensors)
+
+
+def device_bytes(tensors: dict[str, Tensor]) -> int:
+    """Bytes of the virtual address space the tensors span (with their alignment): the
+    device memory a schedule's kernels need, every tensor allocated at once."""
+    return max((t.base + t.nbytes for t in tensors.values()), default=0)
+
 
 def check_supported(problem: AttentionProblem, tiling: Tiling, name: str) -> None:
     if name not in SCHEDULE_NAMES:
@@ -51,16 +62,23 @@ def check_supported(problem: AttentionProblem, tiling: Tiling, name: str) -> Non
         raise ProblemError(f'"split_kv" applies to the decode schedule only, not "{name}"')
 
 
-def build_schedule(problem: AttentionProblem, tiling: Tiling, name: str) -> Schedule:
+def schedule_tensors(problem: AttentionProblem, tiling: Tiling, name: str) -> dict[str, Tensor]:
+    """The tensors of the schedule's pass in one address space, without its kernels (cheap
+    at any size, unlike the kernels' per-CTA coordinates)."""
     check_supported(problem, tiling, name)
-    module = {"naive": naive, "fa1": fa1, "fa2": fa2, "decode": decode}[name]
+    module = _MODULES[name]
     if name == "decode":
         wanted = decode.tensors_for(problem, tiling)
     else:
         wanted = list(module.forward_tensors(problem))
     if problem.pass_ != "fwd":
         wanted += module.backward_tensors(problem)
-    tensors = allocate(wanted)
+    return allocate(wanted)
+
+
+def build_schedule(problem: AttentionProblem, tiling: Tiling, name: str) -> Schedule:
+    tensors = schedule_tensors(problem, tiling, name)
+    module = _MODULES[name]
     kernels: list[Kernel] = []
     if problem.pass_ in ("fwd", "fwd+bwd"):
         fwd = module.forward(problem, tiling, tensors)

@@ -1,0 +1,93 @@
+"""Device memory: a problem whose tensors outgrow the GPU's HBM is reported, not simulated."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.cli.compare_cmd import predict_both
+from simulator.device_memory import DeviceMemoryError, check_device_memory
+from simulator.hardware import load_hardware
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule, schedule_tensors
+from traces.tiling import Tiling
+
+H200 = load_hardware("h200-sxm")
+TILING = Tiling(block_m=64, block_n=64)
+
+
+def _problem(**kw) -> AttentionProblem:
+    base = {"batch": 1, "heads": 2, "seq_q": 1024, "seq_kv": 1024, "head_dim": 64}
+    return AttentionProblem(**{**base, **kw})
+
+
+def _elements(p: AttentionProblem) -> tuple[int, int]:
+    """(elements of one of Q/K/V/O, elements of one N x N score tensor)."""
+    return p.batch * p.heads * p.seq_q * p.head_dim, p.batch * p.heads * p.seq_q * p.seq_kv
+
+
+def test_footprint_is_every_tensor_of_the_pass():
+    p = _problem()  # every size a multiple of the 256-byte alignment: no padding
+    qkvo, nxn = _elements(p)
+    naive = build_schedule(p, TILING, "naive").device_bytes
+    fa2 = build_schedule(p, TILING, "fa2").device_bytes
+    assert naive == 2 * (4 * qkvo + 2 * nxn)  # bf16 Q, K, V, O, S, P
+    assert fa2 == 2 * 4 * qkvo + 4 * p.batch * p.heads * p.seq_q  # + fp32 LSE
+    both = build_schedule(_problem(pass_="fwd+bwd"), TILING, "fa2").device_bytes
+    assert both == fa2 + 2 * 4 * qkvo + 4 * p.batch * p.heads * p.seq_q  # dO dQ dK dV, delta
+
+
+def test_footprint_keeps_the_alignment():
+    p = _problem(seq_q=1, seq_kv=1000, heads=3)  # Q is 3 x 64 x 2 = 384 bytes: padded to 512
+    tensors = schedule_tensors(p, TILING, "fa2")
+    assert tensors["k"].base == 512
+    assert build_schedule(p, TILING, "fa2").device_bytes == tensors["lse"].base + 3 * 4
+
+
+def test_naive_at_64k_does_not_fit_an_h200_but_fa2_does():
+    p = _problem(heads=32, seq_q=65536, seq_kv=65536, head_dim=128)
+    with pytest.raises(DeviceMemoryError, match=r"naive does not fit in device memory: its "
+                       r"tensors need 551\.90 GB \(s 274\.88 GB, p 274\.88 GB"):
+        check_device_memory(p, TILING, "naive", H200)
+    check_device_memory(p, TILING, "fa2", H200)
+
+
+def test_count_reports_the_footprint_and_illegality(capsys):
+    argv = ["count", "--hardware", "h200-sxm", "--schedule", "naive", "--heads", "32",
+            "--seq", "65536", "--head-dim", "128", "--json"]
+    assert main(argv) == 0
+    pred = json.loads(capsys.readouterr().out)
+    assert pred["device_memory_bytes"] == 551_903_297_536
+    assert pred["fits_device_memory"] is False and pred["legal"] is False
+    assert all(k["legal"] for k in pred["kernels"])  # every CTA fits; the tensors do not
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_simulating_a_problem_too_large_is_one_line(command, capsys):
+    argv = [command, "--hardware", "h200-sxm", "--schedule", "naive", "--heads", "32",
+            "--seq", "65536", "--head-dim", "128"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "does not fit in device memory" in err and "151.40 GB" in err
+
+
+def test_compare_counts_naive_when_only_flashattention_fits():
+    p = _problem()
+    qkvo, nxn = _elements(p)
+    small = dataclasses.replace(H200, hbm_bytes=2 * (4 * qkvo + nxn))  # no room for P
+    preds = predict_both(p, TILING, small)
+    naive, fa2 = preds["naive"], preds["fa2"]
+    assert naive["time_s"] is None and naive["legal"] is False
+    assert "does not fit in device memory" in naive["note"]
+    assert naive["bytes"]["global_write"] >= 2 * 2 * nxn  # S and P still counted
+    assert fa2["time_s"] > 0 and fa2["legal"] is True and "note" not in fa2
+
+
+def test_compare_refuses_when_flashattention_does_not_fit_either():
+    small = dataclasses.replace(H200, hbm_bytes=1_000_000)
+    with pytest.raises(DeviceMemoryError, match="fa2 does not fit"):
+        predict_both(_problem(), TILING, small)
