@@ -73,8 +73,7 @@ def main() -> None:
 
     small = build_schedule(AttentionProblem(batch=1, heads=4, seq_q=8192, head_dim=128),
                            tiling, "fa2")
-    last = max(small.tensors.values(), key=lambda t: t.base)
-    width = export.address_width(last.base + last.nbytes)
+    width = export.address_width(small.device_bytes)
     kernels = list(iter_kernel_traces(small))
     with open(os.devnull, "wb") as sink:
         tracemalloc.start()

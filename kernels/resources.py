@@ -47,6 +47,8 @@ MAX_SHARED_BYTES = {80: 163 * 1024, 90: 227 * 1024}
 # Tensors held in fp32 whatever the problem dtype.
 _FP32_POINTERS = {"LSE", "L", "M", "DELTA", "O_PARTIAL", "LSE_PARTIAL"}
 _FLOAT_ARGS = {"sm_scale"}
+# A wgmma whose A operand is a register list: "wgmma.mma_async... {D regs}, {A regs}, descB".
+WGMMA_RS = re.compile(r"\bwgmma\.mma_async\S*\s+\{[^}]*\},\s*\{")
 _SEQ_ARGS = {"n_q", "n_kv"}
 _DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
@@ -76,6 +78,9 @@ class KernelResources:
     error: str | None = None
     wgmma_ops: int | None = None  # wgmma.mma_async instructions in the PTX
     mma_sync_ops: int | None = None  # mma.sync instructions in the PTX
+    # Of the wgmma, those whose A operand is in registers ("RS"); the others read A from
+    # shared memory ("SS"). B is always read from shared memory (PTX ISA).
+    wgmma_rs_ops: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -185,7 +190,8 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
-                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)))
+                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
+                           wgmma_rs_ops=len(WGMMA_RS.findall(ptx)))
 
 
 def _run_worker(jobs: list[dict], on_result) -> None:

@@ -154,3 +154,19 @@ def test_cli_table(capsys):
 def test_cli_rejects_bad_input(argv, match):
     with pytest.raises(ProblemError, match=match):
         kernels_cmd.run(_parse(argv))
+
+
+def test_where_the_wgmma_operands_come_from(every_kernel):
+    """The PTX says which matmuls read their A operand from registers (RS) rather than
+    shared memory (SS): in fa2_fwd the second matmul (P V, P computed in registers) does,
+    the first (Q K^T) reads Q from shared memory; naive_qk loads both operands from global
+    memory into shared memory. (The model does not yet charge these operand reads to shared
+    memory bandwidth; docs/validation.md, "When a number is off".)"""
+    sm90 = {r.kernel: r for r in every_kernel if r.arch == 90}
+    fa2 = sm90["fa2_fwd"]
+    assert 0 < fa2.wgmma_rs_ops < fa2.wgmma_ops
+    assert sm90["naive_qk"].wgmma_ops > 0 and sm90["naive_qk"].wgmma_rs_ops == 0
+    for r in every_kernel:
+        assert r.wgmma_rs_ops <= r.wgmma_ops, r.kernel
+        if r.arch == 80:
+            assert r.wgmma_ops == 0 and r.wgmma_rs_ops == 0, r.kernel

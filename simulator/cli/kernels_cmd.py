@@ -122,6 +122,8 @@ def _progress():
 def _mma_kind(r) -> str:
     """Which tensor-core instruction the kernel's matmuls compiled to."""
     kinds = [name for name, n in (("wgmma", r.wgmma_ops), ("mma.sync", r.mma_sync_ops)) if n]
+    if r.wgmma_ops and r.wgmma_rs_ops is not None:  # where A comes from: smem, registers
+        kinds[0] += f" {r.wgmma_ops - r.wgmma_rs_ops} SS/{r.wgmma_rs_ops} RS"
     return "+".join(kinds) or "-"
 
 

@@ -36,8 +36,7 @@ def run(args) -> int:
         write_atomically(args.out, lambda tmp: write_parquet(trace, tmp))
         message = f"{trace.n_records:,} records"
     else:
-        last = max(sched.tensors.values(), key=lambda t: t.base)
-        width = export.address_width(last.base + last.nbytes)
+        width = export.address_width(sched.device_bytes)
 
         def records():
             return (k.records for k in iter_kernel_traces(sched))
