@@ -280,3 +280,31 @@ def test_run_device_script_parses_and_rehearses_on_cpu(tmp_path):
     log = (tmp_path / "validate.log").read_text()
     assert "time estimate" in log
     assert len(list(tmp_path.iterdir())) <= 8  # the device tool returns at most 8 files
+
+
+def test_plan_compile_check_names_what_does_not_fit(tmp_path):
+    """``python -m validation.matrix compiles``: each compile key once (at its longest K/V),
+    compiled for sm_90 with the Triton installed; a tiling whose shared memory exceeds the
+    H200's 227 KiB per CTA is a failure line and exit code 1."""
+    quick = matrix.load_plan("quick")
+    fwd = [c for c in quick["configs"]
+           if c["compile_key"] == "fa2-fwd-d128-bf16-c0-g1-m32n64-s2-w4"]
+    assert {c["problem"]["seq_kv"] for c in fwd} == {2048, 8192}
+    checked = matrix.compile_check_configs([{"configs": fwd}])
+    assert len(checked) == 1 and checked[0]["problem"]["seq_kv"] == 8192
+    # 256 x 256 tiles, 4 stages: Q 64 KiB + 4 x (K, V) 512 KiB of shared memory per CTA;
+    # only with the JIT's alignment facts does Triton pipeline the loads (without them it
+    # single-buffers: 128 KiB, which would pass).
+    huge = dict(fwd[0], compile_key="fa2-fwd-huge", tiling=dict(
+        fwd[0]["tiling"], block_m=256, block_n=256, num_stages=4, num_warps=8))
+    plan = dict(quick, configs=[fwd[0], huge])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    proc = subprocess.run(["python", "-m", "validation.matrix", "compiles", str(path),
+                           "--jobs", "1"], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, TRITON_INTERPRET="0"), timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = [line for line in proc.stdout.splitlines() if "FAILED" in line]
+    assert len(failed) == 1 and "fa2-fwd-huge" in failed[0]
+    assert "shared memory" in failed[0]
+    assert "1 of 2 compile and fit" in proc.stdout

@@ -87,7 +87,11 @@ def setup_launches(schedule: str, problem: AttentionProblem) -> list[Launch]:
     return launches
 
 
-def _signature(launch: Launch) -> tuple[dict, dict, dict]:
+def _signature(launch: Launch) -> tuple[dict, dict, dict, dict]:
+    """Signature, constexprs, options and the alignment facts the JIT would specialise on:
+    tensors 16-byte aligned (torch allocations are), integers that are multiples of 16.
+    Without them Triton neither vectorises nor pipelines the loads, and shared memory would
+    not grow with ``num_stages`` (``kernels.resources._alignment_hints`` says the same)."""
     import torch
 
     types = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -95,20 +99,23 @@ def _signature(launch: Launch) -> tuple[dict, dict, dict]:
     options = {k: kwargs.pop(k) for k in OPTION_KEYS if k in kwargs}
     bound = dict(zip(launch.fn.arg_names, launch.args, strict=False))
     bound.update(kwargs)
-    signature, constexprs = {}, {}
-    for param in launch.fn.params:
+    signature, constexprs, attrs = {}, {}, {}
+    for i, param in enumerate(launch.fn.params):
         value = bound[param.name]
         if param.is_constexpr:
             signature[param.name], constexprs[param.name] = "constexpr", value
         elif isinstance(value, torch.Tensor):
             signature[param.name] = types[value.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, bool):
             signature[param.name] = "i1"
         elif isinstance(value, int):
             signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            if value % 16 == 0 and value != 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[param.name] = "fp32"
-    return signature, constexprs, options
+    return signature, constexprs, options, attrs
 
 
 def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
@@ -117,8 +124,8 @@ def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
 
     Not ok if a kernel does not compile or needs more shared memory per CTA than the
     ``hardware`` preset allows (the driver would refuse the launch). Needs Triton without
-    the interpreter (unset TRITON_INTERPRET). Pointer alignment is not specialised as the
-    JIT would, so shared memory is close to, not exactly, the JIT's.
+    the interpreter (unset TRITON_INTERPRET). Alignment is specialised as the JIT does
+    (``_signature``), so the loads are pipelined and shared memory grows with the stages.
     """
     from simulator.hardware import load_hardware
 
@@ -133,10 +140,11 @@ def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
     except Exception as exc:  # the host code refused the config
         return {"ok": False, "kernels": [], "error": f"{type(exc).__name__}: {exc}"}
     for launch in launches:
-        signature, constexprs, options = _signature(launch)
+        signature, constexprs, options, attrs = _signature(launch)
         try:
             compiled = triton.compile(
-                ASTSource(fn=launch.fn, signature=signature, constexprs=constexprs),
+                ASTSource(fn=launch.fn, signature=signature, constexprs=constexprs,
+                          attrs=attrs),
                 target=GPUTarget(*SM90), options=options)
         except Exception as exc:
             message = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""

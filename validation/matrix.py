@@ -446,6 +446,43 @@ def _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log):
         chosen = [keep[i] for i in picked]
 
 
+def compile_check_configs(plans: list[dict]) -> list[dict]:
+    """One config per distinct compile key of ``plans``, the one with the longest K/V (as
+    ``_aot_filter`` checks: the largest N of a group)."""
+    chosen: dict[str, dict] = {}
+    for plan in plans:
+        for cfg in plan["configs"]:
+            key = cfg["compile_key"]
+            if key not in chosen or cfg["problem"]["seq_kv"] > chosen[key]["problem"]["seq_kv"]:
+                chosen[key] = cfg
+    return list(chosen.values())
+
+
+def _aot_task(cfg: dict) -> tuple[str, dict]:
+    from validation.compile import aot_check
+
+    return cfg["compile_key"], aot_check(cfg["schedule"],
+                                         AttentionProblem.from_dict(cfg["problem"]),
+                                         Tiling.from_dict(cfg["tiling"]))
+
+
+def check_plan_compiles(plans: list[dict], jobs: int = 1, log=print) -> list[str]:
+    """Compile every kernel of the frozen plans for sm_90 with the Triton installed here;
+    the failures, one line each. Run it when the GPU image's Triton is not the one that
+    froze the plans (a tiling that fits one compiler's shared memory may not fit another's)."""
+    import triton
+
+    configs = compile_check_configs(plans)
+    log(f"compiling {len(configs)} kernel sets for sm_90 with triton {triton.__version__}")
+    failures = []
+    for key, result in map_tasks(_aot_task, configs, jobs=jobs):
+        if not result["ok"]:
+            failures.append(f"{key}: {result['error']}")
+            log(f"  FAILED {failures[-1]}")
+    log(f"{len(configs) - len(failures)} of {len(configs)} compile and fit")
+    return failures
+
+
 def plan_hash(plan: dict) -> str:
     body = {k: plan[k] for k in ("name", "selected_by", "configs", "peers")}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
@@ -476,11 +513,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m validation.matrix",
                                      description="choose the tilings and freeze plans")
-    parser.add_argument("action", choices=["write", "show", "reselect", "rerate"],
+    parser.add_argument("action", choices=["write", "show", "reselect", "rerate", "compiles"],
                         help="write: rate the candidates and freeze; show: the same without "
                              "writing; reselect: choose again from a frozen plan's ratings; "
                              "rerate: rate the groups of --schedule again, keep the others' "
-                             "ratings, choose again")
+                             "ratings, choose again; compiles: check that every kernel of "
+                             "the frozen plans compiles for sm_90 with this Triton")
     parser.add_argument("names", nargs="+", help="matrix names: default, quick")
     parser.add_argument("--hardware", default="h200-sxm")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -494,6 +532,13 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --schedule goes with rerate, and rerate needs at least one",
               file=sys.stderr)
         return 2
+    if args.action == "compiles":
+        try:
+            plans = [load_plan(name) for name in args.names]
+        except ProblemError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 1 if check_plan_compiles(plans, jobs=args.jobs) else 0
     hw = load_hardware(args.hardware)
     aot = None
     if not args.no_aot and args.action != "show":

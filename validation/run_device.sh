@@ -9,6 +9,9 @@
 #        python -m validation.matrix write default quick
 #        python -m validation.matrix rerate default quick --schedule decode
 #        python -m validation.matrix reselect default quick
+#      and check every kernel compiles and fits with the image's Triton (KINDS.md; 3.6.0 in
+#      2026-11), run under that version (BENCHMARKS.md says how; passed 2026-11-30):
+#        TRITON_INTERPRET=0 python -m validation.matrix compiles default quick
 #   2. the image lacks simpy (the simulator's dependency); carry its wheel (pure Python):
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #            --implementation cp --platform manylinux2014_x86_64 -d .whl simpy==4.1.2
