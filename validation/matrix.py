@@ -533,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.action == "compiles":
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            print("error: compiles needs the compiler: unset TRITON_INTERPRET", file=sys.stderr)
+            return 2
         try:
             plans = [load_plan(name) for name in args.names]
         except ProblemError as exc:
