@@ -27,12 +27,17 @@ class DeviceMemoryError(ProblemError):
     """The schedule's tensors need more device memory than the GPU has."""
 
 
+def fits(nbytes: int, hw: Hardware) -> bool:
+    """Whether ``nbytes`` of tensors fit in ``hw``'s HBM (the driver's share not counted)."""
+    return nbytes <= hw.hbm_bytes
+
+
 def check_device_memory(problem: AttentionProblem, tiling: Tiling, schedule: str,
                         hw: Hardware) -> None:
     """Raise ``DeviceMemoryError`` (one line) if the tensors do not fit in ``hw``'s HBM."""
     tensors = schedule_tensors(problem, tiling, schedule)
     need = device_bytes(tensors)
-    if need <= hw.hbm_bytes:
+    if fits(need, hw):
         return
     largest = sorted(tensors.values(), key=lambda t: -t.nbytes)[:LISTED_TENSORS]
     listed = ", ".join(f"{t.name} {fmt_bytes(t.nbytes)}" for t in largest)

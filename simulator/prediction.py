@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from simulator import device_memory
 from simulator.counting import KernelCount, closed_form
 from simulator.hardware import Hardware
 from simulator.occupancy import residency
@@ -78,7 +79,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
     global_write = sum(k["bytes"]["global_write"] for k in kernels)
     tensor_flops = sum(k["flops"]["tensor"] for k in kernels)
     main = max(kernels, key=lambda k: (k["flops"]["tensor"], k["bytes"]["global_read"]))
-    fits_memory = sched.device_bytes <= hw.hbm_bytes  # the tensors, not counting the driver's
+    fits_memory = device_memory.fits(sched.device_bytes, hw)
     return {
         "schema": SCHEMA,
         "tool_version": tool_version(),
