@@ -4,7 +4,8 @@ A matrix is a list of groups (schedule, pass, head dim, causal) and sequence len
 group, the tilings are chosen from a candidate pool by asking the model: every candidate is
 predicted at every sequence length of the group, and four are kept that the model rates
 differently at every length — the predicted best (by geometric mean over the lengths), its
-runner-up, and two that spread the ratings (``choose``). One set per group, not per
+runner-up, and two that spread the ratings — plus a near tie of the best when the
+runner-up is far from it (``choose``). One set per group, not per
 shape: Triton compiles a kernel per (tiling, head dim, causal), not per sequence length,
 so sharing the set keeps compile time — the largest cost of a device run — small.
 Without the timing simulator the ratings are the exact global-memory bytes (count-based
@@ -42,6 +43,11 @@ PLAN_SCHEMA = "tilesim.plan/1"
 PLAN_DIR = Path(__file__).parent / "plans"
 TILINGS_PER_SHAPE = 4
 MIN_GAP = 0.02  # two ratings closer than 2% do not count as "rated differently"
+# A runner-up rated more than this much slower than the best (geometric mean over the
+# lengths) cannot test the regret target (5%; twice that is no close call): the best-rated
+# candidate it passed over, a near tie, is measured too.
+CLOSE_CALL = 0.10
+NEAR_TIE = "near tie"  # the role of that candidate in the plan (profiled last)
 # Naive attention keeps S and P ([B, H, N, N]) in HBM, and the MATH peer two more such
 # tensors; a shape runs only while those four fit in this fraction of the GPU's memory.
 NAIVE_MEMORY_FRACTION = 0.5
@@ -154,7 +160,8 @@ def _min_gap(combo: tuple[int, ...], table: list[list[float]]) -> float:
 
 
 def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[int], float]:
-    """Indices of ``k`` candidates (columns of ``table``, rows = lengths) to measure.
+    """Indices of the candidates (columns of ``table``, rows = lengths) to measure: ``k``
+    rated differently, and one near tie when the runner-up is far.
 
     Always the candidate with the best geometric-mean rating and its runner-up: the next
     best that is rated at least ``MIN_GAP`` apart from it at every length (the second best
@@ -163,8 +170,11 @@ def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[i
     tests gross errors. The ``k - 2`` others spread the ratings: they maximise the
     smallest relative gap between any two chosen ratings at any length, then the smallest
     gap among them and the best alone (so they also span the range when the close call
-    sets the first gap). Returns the indices (best, runner-up, the others from fastest
-    rated) and the smallest gap of the chosen set.
+    sets the first gap). When that runner-up is rated more than ``CLOSE_CALL`` slower, the
+    candidates it passed over are near ties of the best (the model says they do not
+    matter, e.g. block_n at block_m = 128): the best-rated of them is added, last, so that
+    the measurement can say whether they do. Returns the indices (best, runner-up, the
+    others from fastest rated, the near tie if any) and the smallest gap of the first ``k``.
     """
     n = len(table[0]) if table else 0
     if n < k:
@@ -179,7 +189,18 @@ def choose(table: list[list[float]], k: int = TILINGS_PER_SHAPE) -> tuple[list[i
                 key=lambda c: (_min_gap((best, runner_up, *c), table),
                                _min_gap((best, *c), table), -sum(c)))
     chosen = [best, runner_up, *sorted(combo, key=lambda i: geo[i])]
-    return chosen, _min_gap(tuple(chosen), table)
+    gap = _min_gap(tuple(chosen), table)
+    near_ties = [i for i in ranked[1:ranked.index(runner_up)] if i not in chosen]
+    if near_ties and (geo[runner_up] - geo[best]) / len(table) > math.log1p(CLOSE_CALL):
+        chosen.append(near_ties[0])
+    return chosen, gap
+
+
+def role_of(position: int) -> str:
+    """Why the tiling at ``position`` of ``choose``'s result is measured."""
+    if position >= TILINGS_PER_SHAPE:
+        return NEAR_TIE
+    return ("best", "runner-up")[position] if position < 2 else "spread"
 
 
 def config_id(schedule: str, p: AttentionProblem, t: Tiling | None, impl: str = "triton") -> str:
@@ -362,16 +383,18 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
             "ratings": _transpose(columns), "times": _transpose(rg.times),
             "chosen": chosen, "rated_utc": rg.rated_utc})
         per_group.append((group, seqs, [(legal[i], [row[i] for row in columns],
-                                         [row[i] for row in rg.times]) for i in chosen]))
+                                         [row[i] for row in rg.times], role_of(j))
+                                        for j, i in enumerate(chosen)]))
     configs, peers, seen_problems = [], [], set()
     for n in SEQ_PRIORITY:
         for group, seqs, chosen in per_group:
             if n not in seqs:
                 continue
             p = group.problem(n)
-            for t, ratings, est in chosen:
+            for t, ratings, est, role in chosen:
                 configs.append({
                     "id": config_id(group.schedule, p, t), "schedule": group.schedule,
+                    "role": role,
                     "problem": p.to_dict(), "tiling": t.to_dict(),
                     "shape": config_id(group.schedule, p, None),
                     "kernels": kernel_names(group.schedule, p, t),
@@ -380,14 +403,15 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
             key = json.dumps(p.to_dict(), sort_keys=True)
             if key not in seen_problems:
                 seen_problems.add(key)
-                fastest = min(est[seqs.index(n)] for _, _, est in chosen)
+                fastest = min(est[seqs.index(n)] for _, _, est, _ in chosen)
                 peers += [{"id": config_id("", p, None, impl), "implementation": impl,
                            "problem": p.to_dict(), "shape": config_id(group.schedule, p, None),
                            "est_time_s": _peer_time_s(impl, p, fastest, hw)}
                           for impl in ("sdpa_math", "sdpa_flash")]
     plan = {"schema": PLAN_SCHEMA, "name": name, "hardware": hw.name, "selected_by": by,
             "rating": "predicted time_s" if by == "simulator" else "global bytes (exact counts)",
-            "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP, "notes": notes,
+            "tilings_per_shape": TILINGS_PER_SHAPE, "min_gap": MIN_GAP,
+            "close_call": CLOSE_CALL, "notes": notes,
             "created_utc": _utc_now(),
             "configs": configs, "peers": peers,
             # Every legal candidate's rating and expected time at every length, so that a
@@ -435,7 +459,7 @@ def _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log):
         bad = [i for i in chosen if i not in failed
                and not aot(group.schedule, group.problem(seqs[-1]), legal[i])["ok"]]
         if not bad:
-            return chosen, _min_gap(tuple(chosen), columns)
+            return chosen, _min_gap(tuple(chosen[:TILINGS_PER_SHAPE]), columns)
         failed.update(bad)
         for i in bad:
             notes.append(f"{group.label}: {legal[i].describe()} does not compile for sm_90")

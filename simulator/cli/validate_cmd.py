@@ -113,6 +113,10 @@ def _print_dry_run(plan: dict, est: dict, budget_s: float) -> None:
                   f"profiled launches (+{c['setup_launches']} setup) at "
                   f"{est['assumptions']['ncu_launch_s']} s each; do_bench "
                   f"{est['assumptions']['warmup_ms']:.0f}+{est['assumptions']['rep_ms']:.0f} ms")
+    if c["near_ties"]:
+        console.print(f"{c['near_ties']} near ties ({c['near_tie_launches']} launches) are "
+                      "profiled last, if time is left: "
+                      f"~{est['optional']['ncu_near_ties']:.0f} s more, not in the total")
     verdict = "fits" if est["total_s"] <= budget_s else "does NOT fit"
     console.print(f"estimate {est['total_s']:.0f} s {verdict} the budget of {budget_s:.0f} s "
                   "(the run guards its time: what does not fit is skipped and listed)")
