@@ -8,9 +8,11 @@ import json
 import pytest
 
 from simulator.cli import main
-from simulator.cli.compare_cmd import predict_both
 from simulator.device_memory import DeviceMemoryError, check_device_memory
+from simulator.explain import report, roofline
+from simulator.explain.model import predict_pair
 from simulator.hardware import load_hardware
+from simulator.prediction import count_prediction
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule, schedule_tensors
 from traces.tiling import Tiling
@@ -79,7 +81,7 @@ def test_compare_counts_naive_when_only_flashattention_fits():
     p = _problem()
     qkvo, nxn = _elements(p)
     small = dataclasses.replace(H200, hbm_bytes=2 * (4 * qkvo + nxn))  # no room for P
-    preds = predict_both(p, TILING, small)
+    preds = predict_pair(p, TILING, small)
     naive, fa2 = preds["naive"], preds["fa2"]
     assert naive["time_s"] is None and naive["legal"] is False
     assert "does not fit in device memory" in naive["note"]
@@ -90,4 +92,34 @@ def test_compare_counts_naive_when_only_flashattention_fits():
 def test_compare_refuses_when_flashattention_does_not_fit_either():
     small = dataclasses.replace(H200, hbm_bytes=1_000_000)
     with pytest.raises(DeviceMemoryError, match="fa2 does not fit"):
-        predict_both(_problem(), TILING, small)
+        predict_pair(_problem(), TILING, small)
+
+
+def test_roofline_and_report_show_flashattention_alone_when_naive_does_not_fit(tmp_path):
+    p = _problem()
+    qkvo, nxn = _elements(p)
+    small = dataclasses.replace(H200, hbm_bytes=2 * (4 * qkvo + nxn))  # no room for P
+    gauge = roofline.roofline(p, TILING, small)
+    assert {k["schedule"] for k in gauge["kernels"]} == {"fa2"}
+    naive = gauge["schedules"]["naive"]
+    assert naive["dram_bytes"] is None and naive["time_s"] is None
+    counted = count_prediction(p, TILING, "naive", small)["flops"]  # counted all the same
+    assert counted["tensor"] == 4 * nxn * p.head_dim
+    assert naive["flops"] == counted["tensor"] + counted["exp"] + counted["other"]
+    assert any(line.startswith("naive: not placed, naive does not fit in device memory")
+               for line in roofline.notes(gauge))
+
+    data = report.build(p, TILING, small, sweep_blocks=(32, 64))
+    cmp = data["compare"]
+    assert cmp["naive"]["time_s"] is None and cmp["naive"]["dram_bytes"] is None
+    assert cmp["speedup"] is None and cmp["dram_ratio"] is None
+    assert cmp["fa2"]["time_s"] > 0 and cmp["fa2"]["note"] is None
+    assert cmp["footprint_ratio"] == (cmp["naive"]["hbm_footprint_bytes"]
+                                      / cmp["fa2"]["hbm_footprint_bytes"])
+    assert cmp["naive"]["hbm_footprint_bytes"] > small.hbm_bytes >= cmp["fa2"][
+        "hbm_footprint_bytes"]
+    page = report.html(data)
+    assert "does not fit" in page and "not timed" in page
+    # The page's numbers are still its data: a missing one is shown as "-", value null.
+    assert 'data-key="compare.naive.time_s" data-value="null">-<' in page
+    assert f'data-key="hardware.hbm_bytes" data-value="{small.hbm_bytes}"' in page

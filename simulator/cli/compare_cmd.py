@@ -23,26 +23,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def predict_both(problem, tiling, hw) -> dict:
-    """Both predictions. Naive attention's S and P outgrow device memory long before
-    FlashAttention's tensors do; then naive keeps its exact counts, untimed (``time_s``
-    ``None``, ``legal`` false), and ``"note"`` says why, which is the comparison's point."""
-    from simulator.device_memory import DeviceMemoryError
-    from simulator.prediction import count_prediction
-    from simulator.sim import predict
-
-    preds = {}
-    for name in SCHEDULES:
-        try:
-            preds[name] = predict(problem, tiling, name, hw)[0]
-        except DeviceMemoryError as exc:
-            if name != "naive":
-                raise
-            preds[name] = count_prediction(problem, tiling, name, hw)
-            preds[name]["note"] = str(exc)
-    return preds
-
-
 def render(preds: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -93,10 +73,11 @@ def _intermediate_bytes(pred: dict) -> int:
 
 
 def run(args) -> int:
+    from simulator.explain.model import predict_pair
     from simulator.hardware import load_hardware
 
     hw = load_hardware(args.hardware)
-    preds = predict_both(problem_from_args(args), tiling_from_args(args), hw)
+    preds = predict_pair(problem_from_args(args), tiling_from_args(args), hw)
     if args.json:
         print_json(preds)
     else:

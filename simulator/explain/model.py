@@ -64,6 +64,38 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     return _simulate(problem, tiling, schedule, hw)[0]
 
 
+PAIR = ("naive", "fa2")
+
+
+def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware) -> dict:
+    """Naive attention's and FlashAttention-2's predictions (``PAIR`` order).
+
+    Naive attention's S and P outgrow device memory long before FlashAttention's tensors
+    do. Then naive keeps its exact counts, untimed (``time_s`` and its DRAM bytes ``None``,
+    ``legal`` false), and ``"note"`` says why: that it cannot run at all is the comparison's
+    point. If FlashAttention does not fit either, ``DeviceMemoryError`` as ``predict``.
+    """
+    from simulator.device_memory import DeviceMemoryError
+    from simulator.prediction import count_prediction
+
+    preds = {}
+    for name in PAIR:
+        try:
+            preds[name] = predict(problem, tiling, name, hw)
+        except DeviceMemoryError as exc:
+            if name != "naive":
+                raise
+            preds[name] = count_prediction(problem, tiling, name, hw)
+            preds[name]["model"] = source()
+            preds[name]["note"] = str(exc)
+    return preds
+
+
+def timed(pred: dict) -> bool:
+    """Whether the prediction was simulated (``predict_pair`` may only count one)."""
+    return pred["time_s"] is not None
+
+
 SWEEP_BLOCKS = (32, 64, 128, 256)
 
 

@@ -138,9 +138,10 @@ def bytes_chart(compare: dict) -> str:
 
 
 def time_chart(compare: dict) -> str:
-    """One stacked bar per schedule, a segment per kernel (launch overhead included)."""
+    """One stacked bar per schedule, a segment per kernel (launch overhead included); a
+    schedule that was not timed (it does not fit in HBM) is labelled instead."""
     names = ("naive", "fa2")
-    total = max(compare[n]["time_s"] for n in names)
+    total = max(compare[n]["time_s"] or 0.0 for n in names)
     chart = Chart(540, 210, margin=(30, 34, 48, 108), title="time per kernel")
     chart.scales((0, total * 1.22), (0, len(names)))
     chart.axes("time", "", xfmt=lambda v: si(v, "s"), yticks=[])
@@ -148,6 +149,9 @@ def time_chart(compare: dict) -> str:
         y, start = len(names) - i - 0.2, 0.0
         chart.text(0, y - 0.3, "naive" if name == "naive" else "FA2", cls="tick", anchor="end",
                    dx=-6, dy=4)
+        if compare[name]["time_s"] is None:
+            chart.text(0, y - 0.3, "does not fit in HBM: not timed", dx=6, dy=4)
+            continue
         for j, k in enumerate(compare[name]["kernels"]):
             shade = SCHEDULE_COLORS[name] if j % 2 == 0 else ("#e17b6f" if name == "naive"
                                                               else "#6aa6d8")

@@ -78,9 +78,7 @@ def overview(p: Page) -> str:
         kpi("FA2 time", p.num("compare.fa2.time_s", fmt_time),
             f'{p.num("compare.fa2.tflops_per_s", lambda v: f"{v:,.0f}")} TFLOP/s, '
             f'{p.num("compare.fa2.bound")}-bound'),
-        kpi("naive time", p.num("compare.naive.time_s", fmt_time),
-            f'{p.num("compare.naive.tflops_per_s", lambda v: f"{v:,.0f}")} TFLOP/s, '
-            f'{p.num("compare.naive.bound")}-bound'),
+        naive_kpi(p),
         kpi("FA2 speed-up", p.num("compare.speedup", times), "naive time / FA2 time"),
         kpi("DRAM bytes", p.num("compare.fa2.dram_bytes", fmt_bytes),
             f'FA2; naive {p.num("compare.naive.dram_bytes", fmt_bytes)}'),
@@ -99,6 +97,17 @@ def overview(p: Page) -> str:
     return section("overview", "Overview",
                    f'{escape(d["problem_text"])} on {escape(d["hardware"]["display_name"])}, '
                    f'tiling {escape(_tiling(d["tiling"]))}.', body)
+
+
+def naive_kpi(p: Page) -> str:
+    """Naive attention's time, or that it cannot run: its tensors outgrow the GPU's HBM."""
+    if p.data["compare"]["naive"]["note"]:
+        return kpi("naive time", "does not fit",
+                   f'its tensors need {p.num("compare.naive.hbm_footprint_bytes", fmt_bytes)}, '
+                   f'the GPU has {p.num("hardware.hbm_bytes", fmt_bytes)}: counted, not timed')
+    return kpi("naive time", p.num("compare.naive.time_s", fmt_time),
+               f'{p.num("compare.naive.tflops_per_s", lambda v: f"{v:,.0f}")} TFLOP/s, '
+               f'{p.num("compare.naive.bound")}-bound')
 
 
 def _tiling(t: dict) -> str:
@@ -169,8 +178,10 @@ def compare_section(p: Page) -> str:
                      p.num(f"compare.fa2.{key}", fmt), ratio])
     head = ["", '<span class="naive">naive</span>', '<span class="fa2">FA2</span>',
             "naive / FA2"]
+    notes = "".join(f'<p class="hint">{escape(cmp[name]["note"])}; its traffic is counted, '
+                    "not timed.</p>" for name in ("naive", "fa2") if cmp[name]["note"])
     body = (f'<div class="grid2"><div>{figure(report_charts.time_chart(cmp))}'
-            f"{table(head, rows)}</div>"
+            f"{table(head, rows)}{notes}</div>"
             f'<div>{figure(report_charts.bytes_chart(cmp))}</div></div>')
     return section("compare", "Naive vs FA2",
                    "The same problem and tiling, both schedules: naive writes the N×N scores "

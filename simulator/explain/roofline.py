@@ -41,7 +41,6 @@ from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 
 SCHEMA = "tilesim.roofline/1"
-SCHEDULES = ("naive", "fa2")
 
 
 def kernel_flops(kernel: dict) -> int:
@@ -114,19 +113,27 @@ def roofline(problem: AttentionProblem, tiling: Tiling, hw: Hardware,
              preds: dict | None = None) -> dict:
     """The roofline of ``hw`` for the problem's dtype, with every naive and FA2 kernel on it.
 
-    ``preds`` (schedule -> prediction of ``model.predict``) saves predicting again when the
-    caller already has them.
+    ``preds`` (schedule -> prediction, as ``model.predict_pair`` returns them) saves
+    predicting again when the caller already has them. A schedule that was only counted
+    (naive attention whose tensors do not fit in device memory) has no DRAM bytes, so no
+    place: its entry in ``schedules`` keeps its FLOPs and the ``note`` that says why.
     """
     if preds is None:
-        preds = {name: model.predict(problem, tiling, name, hw) for name in SCHEDULES}
-    preds = {name: preds[name] for name in SCHEDULES}
+        preds = model.predict_pair(problem, tiling, hw)
+    preds = {name: preds[name] for name in model.PAIR}
     fa2 = preds["fa2"]["flops"]
     fa2_flops = fa2["tensor"] + fa2["exp"] + fa2["other"]
     flops_per_exp = fa2_flops / fa2["exp"] if fa2["exp"] else 0.0
     kernels = [place_kernel(k, name, problem.dtype, hw)
-               for name, pred in preds.items() for k in pred["kernels"]]
+               for name, pred in preds.items() if model.timed(pred) for k in pred["kernels"]]
     schedules = {}
     for name, pred in preds.items():
+        if not model.timed(pred):
+            schedules[name] = {"kernels": [], "flops": sum(kernel_flops(k)
+                                                           for k in pred["kernels"]),
+                               "dram_bytes": None, "intensity": None, "time_bound_s": None,
+                               "time_s": None, "bound": None, "note": pred.get("note")}
+            continue
         mine = [k for k in kernels if k["schedule"] == name]
         flops = sum(k["flops"] for k in mine)
         dram = model.dram_bytes(pred["bytes"])
@@ -172,6 +179,8 @@ def notes(result: dict) -> list[str]:
         f"per exp (FA2 on this problem) = {fmt_rate(c['exp_ceiling_flops_per_s'])}, {exp_vs}.",
         f"FLOPs counted: {result['flops_counted']}; bytes: DRAM read + write.",
     ]
+    lines += [f"{name}: not placed, {entry['note']}." for name, entry in
+              result["schedules"].items() if entry.get("note")]
     return lines
 
 
