@@ -67,6 +67,14 @@ def test_statistics_by_hand():
     assert shapes["N=512x512"]["spearman"] == pytest.approx(1.5 / math.sqrt(3))
     assert shapes["N=512x512"]["regret_pct"] == pytest.approx(100.0)
     assert shapes["N=512x512"]["best_measured"]["block_m"] == 64
+    # At N=512 the model rates block_m 32 and 64 the same (1 ms): a tie, measured 2 ms
+    # against 1 ms, so 50% faster than the pick; at N=256 nothing is within 2%.
+    assert shapes["N=256x256"]["ties"] == []
+    (tie,) = shapes["N=512x512"]["ties"]
+    assert tie["tiling"]["block_m"] == 64 and tie["predicted_pct"] == 0.0
+    assert tie["measured_pct"] == pytest.approx(-50.0)
+    assert report["summary"]["ties"] == {"n": 1, "max_abs_measured_pct": pytest.approx(50.0),
+                                         "apart": 1}
     s = report["summary"]
     assert s["spearman_min"] == pytest.approx(1.5 / math.sqrt(3))
     assert s["regret_max_pct"] == pytest.approx(100.0)
@@ -134,6 +142,9 @@ def test_cli_end_to_end_with_stub_json_and_plot(tmp_path, monkeypatch, capsys):
     assert run_cli(["reconcile", str(path)], monkeypatch) == 0
     text = capsys.readouterr().out
     assert "SYNTHETIC" in text and "target time_mape_pct" in text
+    assert ("predicted ties (tilings rated within 2% of their shape's predicted best): 1, "
+            "of which 1 measured more than 5% apart from it (largest 50.0%)"
+            in " ".join(text.split()))
     saved = tmp_path / "report.json"
     assert run_cli(["reconcile", str(path), "--save", str(saved)], monkeypatch) == 0
     text = capsys.readouterr().out

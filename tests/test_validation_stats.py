@@ -48,6 +48,17 @@ def test_spearman_undefined():
     assert math.isnan(stats.spearman([1, 1, 1], [1, 2, 3]))  # no predicted ranking
 
 
+def test_predicted_ties_by_hand():
+    # The pick is index 1 (1.0); index 2 is within 2% (+1.5%), index 0 is not (+3%).
+    ties = stats.predicted_ties([1.03, 1.0, 1.015], [1.0, 2.0, 2.5], 0.02)
+    assert len(ties) == 1
+    i, dp, dm = ties[0]
+    assert i == 2 and dp == pytest.approx(1.5) and dm == pytest.approx(25.0)
+    assert stats.predicted_ties([1.0, 2.0], [1.0, 1.0], 0.02) == []
+    with pytest.raises(ValueError):
+        stats.predicted_ties([1.0], [], 0.02)
+
+
 def test_regret_by_hand():
     assert stats.regret([3.0, 1.0, 2.0], [1.0, 1.2, 1.1]) == pytest.approx(20.0)
     assert stats.regret([1.0, 2.0], [1.0, 5.0]) == 0.0

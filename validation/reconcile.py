@@ -10,7 +10,10 @@ schedule) on the preset of the GPU the record names (``--hardware`` overrides). 
 
 Summary, per schedule and pass and overall: MAPE and max error of each; per shape (same
 problem, different tilings): Spearman rank correlation of predicted and measured times, and
-the regret of the predicted-best tiling. Peers (PyTorch SDPA) are listed, not predicted.
+the regret of the predicted-best tiling, and its *ties*: the tilings predicted within 2% of
+that best, with how far apart they measured (a tie measured further apart than the regret
+target says the model misses what tells them apart). Peers (PyTorch SDPA) are listed, not
+predicted.
 
 Per kernel, where ncu profiled a record's kernels and they are the prediction's kernels (by
 name and order): each kernel's predicted time without the launch overhead (the preset's
@@ -44,6 +47,9 @@ GPU_PRESETS = ((r"H200", "h200-sxm"), (r"H100", "h100-sxm5"),
 # The issue's targets on real H200 records.
 TARGETS = {"time_mape_pct": 10.0, "time_max_pct": 20.0, "dram_mape_pct": 5.0,
            "spearman_min": 0.9, "regret_max_pct": 5.0}
+# Tilings the model rates within this of the predicted best are its "ties" (the plans'
+# threshold for "rated differently", validation.matrix.MIN_GAP).
+TIE_GAP = 0.02
 METRICS = ("time", "dram", "l2")
 KERNEL_METRICS = ("time", "dram")
 
@@ -199,7 +205,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         timed = [r for r in rs if r["predicted"]["time"] is not None]
         entry = {"shape": shape, "hardware": hw_name, "n_tilings": len(rs),
                  "spearman": None, "regret_pct": None, "best_measured": None,
-                 "best_predicted": None}
+                 "best_predicted": None, "ties": []}
         best = min(rs, key=lambda r: r["measured"]["time"])
         entry["best_measured"] = best["tiling"]
         if len(timed) >= 2:
@@ -209,10 +215,14 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             entry["spearman"] = None if math.isnan(rho) else rho
             entry["regret_pct"] = stats.regret(p, m)
             entry["best_predicted"] = timed[min(range(len(p)), key=lambda i: p[i])]["tiling"]
+            entry["ties"] = [{"tiling": timed[i]["tiling"], "predicted_pct": dp,
+                              "measured_pct": dm}
+                             for i, dp, dm in stats.predicted_ties(p, m, TIE_GAP)]
         shapes.append(entry)
     rhos = [s["spearman"] for s in shapes if s["spearman"] is not None]
     gaps = [r["launch_gap_s"] for r in rows if r["launch_gap_s"] is not None]
     regrets = [s["regret_pct"] for s in shapes if s["regret_pct"] is not None]
+    ties = [t["measured_pct"] for s in shapes for t in s["ties"]]
     overall = _summary(rows)
     report = {
         "schema": REPORT_SCHEMA, "model": model, "hardware": sorted(hw_cache),
@@ -231,6 +241,9 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "spearman_min": min(rhos) if rhos else None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
             "regret_max_pct": max(regrets) if regrets else None,
+            "ties": {"n": len(ties),
+                     "max_abs_measured_pct": max(map(abs, ties)) if ties else None,
+                     "apart": sum(abs(t) > TARGETS["regret_max_pct"] for t in ties)},
         },
     }
     report["summary"]["targets"] = targets_met(report["summary"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.cli.render import fmt_bytes, fmt_time
+from validation.reconcile import TARGETS, TIE_GAP
 
 
 def _pct(v: float | None) -> str:
@@ -72,6 +73,16 @@ def tables(report: dict, per_config: bool = True) -> list:
                       _tiling(sh["best_predicted"]) if sh["best_predicted"] else "-",
                       _tiling(sh["best_measured"]))
         out.append(r)
+    ties = [(sh, t) for sh in report["shapes"] for t in sh["ties"]]
+    if ties:
+        tt = Table(title=f"predicted ties: tilings rated within {100 * TIE_GAP:g}% of the "
+                         "predicted best", title_justify="left")
+        for col in ("shape", "predicted best", "tie", "predicted", "measured"):
+            tt.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
+        for sh, t in ties:
+            tt.add_row(sh["shape"], _tiling(sh["best_predicted"]), _tiling(t["tiling"]),
+                       _pct(t["predicted_pct"]), _pct(t["measured_pct"]))
+        out.append(tt)
     if report["peers"]:
         p = Table(title="PyTorch SDPA peers (measured)", title_justify="left")
         for col in ("shape", "backend", "time", "TFLOP/s"):
@@ -93,6 +104,13 @@ def target_lines(report: dict) -> list[str]:
     if report["model"] == "counts":
         lines.append("note: the timing simulator is not available; predicted time and DRAM "
                      "bytes are n/a, global (L2) bytes come from exact counts")
+    ties = summ.get("ties") or {}
+    if ties.get("n"):
+        lines.append(f"predicted ties (tilings rated within {100 * TIE_GAP:g}% of their "
+                     f"shape's predicted best): {ties['n']}, of which {ties['apart']} measured "
+                     f"more than {TARGETS['regret_max_pct']:g}% apart from it (largest "
+                     f"{ties['max_abs_measured_pct']:.1f}%); a tie measured apart is a "
+                     "mechanism the model leaves out")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())

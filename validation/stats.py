@@ -80,3 +80,21 @@ def regret(predicted: Sequence[float], measured: Sequence[float]) -> float:
         raise ValueError("predicted and measured must be non-empty and of the same length")
     pick = min(range(len(predicted)), key=lambda i: predicted[i])
     return 100.0 * (measured[pick] / min(measured) - 1.0)
+
+
+def predicted_ties(predicted: Sequence[float], measured: Sequence[float],
+                   gap: float) -> list[tuple[int, float, float]]:
+    """The tilings the model rates within ``gap`` (relative) of its predicted best, each as
+    ``(index, predicted difference %, measured difference %)`` against that best.
+
+    Such a tie is a claim too — "these do not differ" — that neither Spearman (ties barely
+    move ranks) nor the regret (which sees one pick) tests directly. The predicted best is
+    ``regret``'s pick.
+    """
+    if not predicted or len(predicted) != len(measured):
+        raise ValueError("predicted and measured must be non-empty and of the same length")
+    pick = min(range(len(predicted)), key=lambda i: predicted[i])
+    return [(i, 100.0 * (predicted[i] / predicted[pick] - 1.0),
+             100.0 * (measured[i] / measured[pick] - 1.0))
+            for i in range(len(predicted))
+            if i != pick and predicted[i] <= predicted[pick] * (1.0 + gap)]
