@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli import main, sweep_cmd
 from simulator.cli.sweep_cmd import BLOCKS, STAGES, WARPS, candidate_tilings, legal_tilings
 from simulator.hardware import load_hardware
 from traces.problem import AttentionProblem
@@ -106,3 +106,19 @@ def test_ties_with_the_best_are_counted(capsys):
     assert close > 1
     assert main(argv) == 0
     assert f"{close} tilings within 1% of the best" in capsys.readouterr().out
+
+
+def _result(block_n: int, time_s: float, bound: str = "tensor") -> dict:
+    return {"tiling": {"block_m": 128, "block_n": block_n}, "time_s": time_s, "bound": bound}
+
+
+def test_tensor_bound_ties_across_block_n_are_flagged():
+    """Tilings the model ties although their block_n differs, in a tensor-bound kernel: the
+    mechanism that would tell them apart (operand reads from shared memory) is left out,
+    and the table says so; not for memory-bound ties or a single block_n."""
+    flag = sweep_cmd._ties_differ_in_block_n
+    assert flag([_result(16, 1.0), _result(64, 1.005)], 1.0)
+    assert not flag([_result(16, 1.0), _result(64, 1.05)], 1.0)  # 5% apart: no tie
+    assert not flag([_result(16, 1.0, "hbm"), _result(64, 1.0, "hbm")], 1.0)
+    assert not flag([_result(64, 1.0), _result(64, 1.0)], 1.0)
+    assert not flag([_result(16, 1.0), {"tiling": {"block_n": 64}, "error": "x"}], 1.0)
