@@ -146,10 +146,22 @@ def test_cli_table(capsys):
     assert "fa2_fwd" in text and "sm_90" in text
 
 
+def test_cli_lists_as_sweep_takes_them_or_space_separated():
+    args = _parse(["--block-m", "64,128", "--block-n", "32", "64", "--stages", "2,3",
+                   "--warps", "4"])
+    values = [kernels_cmd._int_values(getattr(args, n), n)
+              for n in ("block_m", "block_n", "stages", "warps")]
+    assert values == [[64, 128], [32, 64], [2, 3], [4]]
+    defaults = _parse([])
+    assert kernels_cmd._int_values(defaults.block_n, "block_n") == [32, 64, 128]
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--head-dim", "80"], "head_dim"),
     (["--kernel", "fa3_fwd"], "unknown kernel"),
     (["--block-m", "48"], "block_m"),
+    (["--block-n", "32,,64"], "block-n"),
+    (["--warps", "four"], "warps"),
 ])
 def test_cli_rejects_bad_input(argv, match):
     with pytest.raises(ProblemError, match=match):

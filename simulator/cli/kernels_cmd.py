@@ -43,10 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     res.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     res.add_argument("--kernel", nargs="+", default=None, metavar="NAME",
                      help="only these kernels (default: all)")
-    res.add_argument("--block-m", type=int, nargs="+", default=[64, 128])
-    res.add_argument("--block-n", type=int, nargs="+", default=[32, 64, 128])
-    res.add_argument("--stages", type=int, nargs="+", default=[2, 3, 4])
-    res.add_argument("--warps", type=int, nargs="+", default=[4, 8])
+    # Lists as `sweep` takes them ("32,64") or space-separated ("32 64").
+    res.add_argument("--block-m", nargs="+", default=["64,128"])
+    res.add_argument("--block-n", nargs="+", default=["32,64,128"])
+    res.add_argument("--stages", nargs="+", default=["2,3,4"])
+    res.add_argument("--warps", nargs="+", default=["4,8"])
     res.add_argument("--causal", action="store_true", help="compile the causal variants")
     res.add_argument("--kv-seq", type=int, default=4096,
                      help="K/V length: sets naive_softmax's row width (default 4096)")
@@ -54,6 +55,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      "one per core)")
     res.add_argument("--json", action="store_true", help="print JSON on stdout")
     res.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
+
+
+def _int_values(items: list[str], name: str) -> list[int]:
+    """``["32,64", "128"]`` -> ``[32, 64, 128]``: comma- or space-separated integers."""
+    from simulator.explain.common import parse_int_list
+
+    return [v for item in items for v in parse_int_list(item, name.replace("_", "-"))]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise ProblemError(f"unknown kernel {', '.join(unknown)}; known: "
                            f"{', '.join(resources.KERNELS)}")
-    tilings = resources.sweep_tilings(args.block_m, args.block_n, args.stages, args.warps)
+    tilings = resources.sweep_tilings(*(_int_values(getattr(args, name), name) for name in
+                                        ("block_m", "block_n", "stages", "warps")))
     records = resources.measure(args.kernel, archs=tuple(args.arch), dtype=args.dtype,
                                 head_dim=args.head_dim, tilings=tilings, workers=args.workers,
                                 progress=None if args.json else _progress(),
