@@ -49,6 +49,12 @@ _FP32_POINTERS = {"LSE", "L", "M", "DELTA", "O_PARTIAL", "LSE_PARTIAL"}
 _FLOAT_ARGS = {"sm_scale"}
 # A wgmma whose A operand is a register list: "wgmma.mma_async... {D regs}, {A regs}, descB".
 WGMMA_RS = re.compile(r"\bwgmma\.mma_async\S*\s+\{[^}]*\},\s*\{")
+# Any wgmma with its shape and operand types, e.g. "wgmma.mma_async.sync.aligned.m64n16k16
+# .f32.bf16.bf16 {D regs}, descA, descB" (group 6 is "{" when A is in registers).
+WGMMA_SHAPE = re.compile(r"\bwgmma\.mma_async\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.\w+"
+                         r"\.(\w+)\.(\w+)\s+\{[^}]*\},\s*(\{)?")
+# Bytes per element of a wgmma operand type (PTX ISA: wgmma.mma_async data types).
+_OPERAND_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
 _SEQ_ARGS = {"n_q", "n_kv"}
 _DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
@@ -81,6 +87,11 @@ class KernelResources:
     # Of the wgmma, those whose A operand is in registers ("RS"); the others read A from
     # shared memory ("SS"). B is always read from shared memory (PTX ISA).
     wgmma_rs_ops: int | None = None
+    # Bytes the wgmma read from shared memory per tensor-core FLOP they do (B always, A where
+    # SS): over the mix of wgmma instructions in the PTX, and of the most demanding one
+    # (``wgmma_operand_demand``). What shared memory must deliver to keep the tensor cores busy.
+    wgmma_smem_bytes_per_flop: float | None = None
+    wgmma_smem_bytes_per_flop_max: float | None = None
 
     @property
     def fits(self) -> bool:
@@ -89,6 +100,32 @@ class KernelResources:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"fits": self.fits}
+
+
+def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
+    """Shared-memory operand bytes per FLOP of the PTX's wgmma instructions: over their mix,
+    and of the most demanding instruction; Nones if there are none.
+
+    Each ``wgmma.mma_async`` of shape mMnNkK does 2*M*N*K FLOPs and reads its B operand
+    (K x N) from shared memory, and its A operand (M x K) too unless A is a register list
+    (PTX ISA, wgmma operands). The mix is counted over the instructions as they stand in
+    the PTX: a loop body peeled or unrolled repeats all its matmuls alike, so it is one
+    iteration's. Shared memory delivers about 128 B per clock per SM (CUDA programming
+    guide; Luo et al. measured 127) and the tensor cores do 4096 dense bf16 FLOPs per clock
+    per SM on H100/H200 (989 TFLOP/s at 1830 MHz on 132 SMs): an instruction above
+    128 / 4096 = 0.031 B per FLOP cannot run at the tensor peak, and a mix above it cannot
+    either, however the matmuls of resident CTAs overlap.
+    """
+    nbytes = flops = 0
+    worst = None
+    for m, n, k, a_type, b_type, a_in_registers in WGMMA_SHAPE.findall(ptx):
+        m, n, k = int(m), int(n), int(k)
+        operand = n * k * _OPERAND_BYTES[b_type] + (0 if a_in_registers
+                                                    else m * k * _OPERAND_BYTES[a_type])
+        work = 2 * m * n * k
+        nbytes, flops = nbytes + operand, flops + work
+        worst = max(worst or 0.0, operand / work)
+    return (nbytes / flops if flops else None), worst
 
 
 def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
@@ -191,7 +228,10 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
-                           wgmma_rs_ops=len(WGMMA_RS.findall(ptx)))
+                           wgmma_rs_ops=len(WGMMA_RS.findall(ptx)),
+                           **dict(zip(("wgmma_smem_bytes_per_flop",
+                                       "wgmma_smem_bytes_per_flop_max"),
+                                      wgmma_operand_demand(ptx), strict=True)))
 
 
 def _run_worker(jobs: list[dict], on_result) -> None:

@@ -146,6 +146,34 @@ def test_cli_table(capsys):
     assert "fa2_fwd" in text and "sm_90" in text
 
 
+def test_operand_demand_of_a_wgmma_listing_by_hand():
+    """SYNTHETIC PTX lines: an SS m64n16k16 reads A (64x16) and B (16x16) bf16 from shared
+    memory for 2*64*16*16 FLOPs; an RS m64n128k16 reads B (16x128) only."""
+    ss = ("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1,%r2}, %rd70, %rd79, "
+          "0, 1, 1, 0, 0;")
+    rs = ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%r3,%r4}, {%r5,%r6}, "
+          "%rd80, %p1, 1, 1, 1;")
+    ss_bytes, ss_flops = 64 * 16 * 2 + 16 * 16 * 2, 2 * 64 * 16 * 16
+    rs_bytes, rs_flops = 16 * 128 * 2, 2 * 64 * 128 * 16
+    mix, worst = resources.wgmma_operand_demand("\n".join([ss, ss, rs]))
+    assert mix == pytest.approx((2 * ss_bytes + rs_bytes) / (2 * ss_flops + rs_flops))
+    assert worst == pytest.approx(ss_bytes / ss_flops)
+    assert resources.wgmma_operand_demand("mma.sync.aligned.m16n8k16") == (None, None)
+
+
+def test_fa2_forward_operand_demand_is_its_two_matmuls():
+    """fa2_fwd at BM = 64, 4 warps (one warpgroup) on sm_90: per K/V block, Q K^T is d/16
+    SS m64nBNk16 and P V is BN/16 RS m64n(d)k16; the compiled kernel's mix must be theirs."""
+    d, t = 64, Tiling(block_m=64, block_n=32, num_stages=2, num_warps=4)
+    (r,) = resources.measure(["fa2_fwd"], archs=(90,), dtype="bf16", head_dim=d, tilings=[t])
+    qk_bytes = d // 16 * (64 * 16 * 2 + t.block_n * 16 * 2)
+    pv_bytes = t.block_n // 16 * (d * 16 * 2)
+    flops = 2 * (2 * 64 * t.block_n * d)
+    assert r.wgmma_smem_bytes_per_flop == pytest.approx((qk_bytes + pv_bytes) / flops)
+    assert r.wgmma_smem_bytes_per_flop_max == pytest.approx(
+        (64 * 16 * 2 + t.block_n * 16 * 2) / (2 * 64 * t.block_n * 16))
+
+
 def test_cli_lists_as_sweep_takes_them_or_space_separated():
     args = _parse(["--block-m", "64,128", "--block-n", "32", "64", "--stages", "2,3",
                    "--warps", "4"])

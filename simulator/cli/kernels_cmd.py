@@ -144,15 +144,35 @@ def _print_table(records, args: argparse.Namespace) -> None:
              f"{', causal' if args.causal else ''}: resources per CTA")
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
-                "spill bytes", "mma", "fits"):
+                "spill bytes", "mma", "operand B/FLOP", "fits"):
         table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for r in records:
         if r.error:
-            tail = ["-", "-", "-", "-", "[red]error[/red]"]
+            tail = ["-", "-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    _mma_kind(r), "yes" if r.fits else "[red]NO[/red]"]
+                    _mma_kind(r), _operand_demand(r),
+                    "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
                       str(r.num_stages), str(r.num_warps), *tail)
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    if any(r.wgmma_smem_bytes_per_flop for r in records):
+        table.caption = (f"operand B/FLOP: bytes the wgmma read from shared memory per tensor "
+                         "FLOP, over the kernel's mix of matmuls / its most demanding one; "
+                         f"above {OPERAND_LIMIT:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
+                         "reads, not the tensor cores, set the pace at peak (*); the simulator "
+                         "does not charge them (README)")
+    Console(width=None if sys.stdout.isatty() else 170).print(table)
+
+
+# Shared memory's 128 B/clk per SM over the tensor cores' 4096 dense bf16 FLOP/clk per SM on
+# sm_90 (kernels.resources.wgmma_operand_demand says where both come from).
+OPERAND_LIMIT = 128 / 4096
+
+
+def _operand_demand(r) -> str:
+    """"mix / most demanding" operand bytes per FLOP, starred where one exceeds the limit."""
+    mix, worst = r.wgmma_smem_bytes_per_flop, r.wgmma_smem_bytes_per_flop_max
+    if mix is None:
+        return "-"
+    return f"{mix:.3f} / {worst:.3f}" + (" *" if worst > OPERAND_LIMIT else "")
 
