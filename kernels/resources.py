@@ -114,7 +114,8 @@ def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
     guide; Luo et al. measured 127) and the tensor cores do 4096 dense bf16 FLOPs per clock
     per SM on H100/H200 (989 TFLOP/s at 1830 MHz on 132 SMs): an instruction above
     128 / 4096 = 0.031 B per FLOP cannot run at the tensor peak, and a mix above it cannot
-    either, however the matmuls of resident CTAs overlap.
+    either, however the matmuls of resident CTAs overlap
+    (``simulator.hardware.Hardware.smem_operand_limit``).
     """
     nbytes = flops = 0
     worst = None

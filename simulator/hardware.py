@@ -127,6 +127,20 @@ class Hardware:
         efficiency = self.tensor_efficiency if wgmma else self.tensor_sync_efficiency
         return self.tensor_flops_per_s[dtype] * efficiency
 
+    def smem_operand_limit(self, dtype: str) -> float:
+        """Shared-memory bytes per tensor-core FLOP an SM can feed at the datasheet peak.
+
+        Matmuls that read more operand bytes per FLOP from shared memory than this (Hopper's
+        wgmma reads B, and A unless it is in registers, from there) wait on shared memory,
+        not on the tensor cores: ``smem_bandwidth_bytes_per_clk_per_sm`` at ``sm_clock_hz``
+        over one SM's share of ``tensor_flops_per_s``. H100 SXM5, bf16: 128 B/clk x 1.83 GHz
+        / (989 TFLOP/s / 132) = 0.031 B/FLOP. The simulator does not charge these reads
+        (README: what the model leaves out); ``kernels resources`` and ``reconcile`` compare
+        kernels against this.
+        """
+        smem_per_s = self.smem_bandwidth_bytes_per_clk_per_sm * self.sm_clock_hz
+        return smem_per_s / (self.tensor_flops_per_s[dtype] / self.sm_count)
+
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 

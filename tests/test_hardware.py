@@ -207,3 +207,13 @@ def test_show_human_readable(capsys):
     for text in ("NVIDIA H100", "228 KiB", "50 MiB", "3.35 TB/s", "1.83 GHz", "989 TFLOP/s",
                  "90 %", "163.9 ns", "3 µs"):
         assert text in out, text
+
+
+def test_smem_operand_limit_by_hand():
+    """What shared memory can feed the tensor cores per FLOP at the datasheet peak:
+    H100 SXM5, bf16: 128 B/clk x 1.83 GHz over 989 TFLOP/s / 132 SMs (4096 FLOP/clk)."""
+    h100 = load_hardware("h100-sxm5")
+    assert h100.smem_operand_limit("bf16") == pytest.approx(128 * 1.83e9 * 132 / 989e12)
+    assert h100.smem_operand_limit("bf16") == pytest.approx(128 / 4096, rel=2e-3)
+    # fp8 runs at twice the rate (1979 TFLOP/s): half the bytes per FLOP.
+    assert h100.smem_operand_limit("fp8") == pytest.approx(128 * 1.83e9 * 132 / 1979e12)

@@ -18,6 +18,7 @@ from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 from validation.reconcile import preset_for, reconcile
 from validation.records import write_records
+from validation.report import target_lines
 
 SHAPE_A = AttentionProblem(batch=1, heads=2, seq_q=256, head_dim=64)
 SHAPE_B = AttentionProblem(batch=1, heads=2, seq_q=512, head_dim=64)
@@ -81,6 +82,33 @@ def test_statistics_by_hand():
     assert s["targets"]["time_mape_pct"]["met"] is False
     assert s["targets"]["regret_max_pct"]["met"] is False
     assert report["synthetic"] is True and report["hardware"] == ["h200-sxm"]
+
+
+def test_errors_by_what_the_wgmma_ask_of_shared_memory():
+    """Records carry their kernels' wgmma operand demand (``kernel_facts``, from the GPU's
+    compiler); reconcile splits the time errors at the preset's limit (H200, bf16:
+    128 B/clk x 1.98 GHz / (989 TFLOP/s / 132) = 0.0338 B/FLOP). SYNTHETIC facts: the
+    block_m = 32 records ask 0.05 (over), the others 0.02; one has no facts (left out)."""
+    recs = synthetic_records()
+    for rec in recs:
+        demand = 0.05 if rec["tiling"]["block_m"] == 32 else 0.02
+        rec["kernel_facts"] = [{"name": "fa2_fwd", "shared_bytes": 1,
+                                "wgmma_smem_bytes_per_flop": demand / 2,
+                                "wgmma_smem_bytes_per_flop_max": demand}]
+    recs[2]["kernel_facts"] = None  # N=256, block_m=128: not compiled by the run
+    report = reconcile(recs, predictor=stub, model="stub")
+    limit = 128 * 1.98e9 / (989e12 / 132)
+    assert all(r["operand_limit"] == pytest.approx(limit) for r in report["rows"])
+    split = report["summary"]["by_operand_demand"]
+    # over: N=256 (1.0 vs 1.1 ms: -100/11 %) and N=512 (1 vs 2 ms: -50 %)
+    assert split["over"]["n"] == 2
+    assert split["over"]["mean_error_pct"] == pytest.approx((-100 / 11 - 50) / 2)
+    assert split["over"]["mape_pct"] == pytest.approx((100 / 11 + 50) / 2)
+    # within: N=256 block_m=64 (+100/9 %), N=512 block_m=64 (0) and 128 (-50 %)
+    assert split["within"]["n"] == 3
+    assert split["within"]["mean_error_pct"] == pytest.approx((100 / 9 + 0 - 50) / 3)
+    line = next(x for x in target_lines(report) if "ask of shared memory" in x)
+    assert "over the limit: n=2, time MAPE 29.5%, mean error -29.5%" in line
 
 
 def test_duplicates_keep_the_latest_and_peers_are_listed():

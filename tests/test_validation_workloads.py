@@ -6,6 +6,8 @@ problems small enough to keep the suite fast.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,7 +16,12 @@ pytest.importorskip("triton")
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
 from validation import workloads  # noqa: E402
-from validation.compile import capture_launches, compile_tasks, setup_launches  # noqa: E402
+from validation.compile import (  # noqa: E402
+    capture_launches,
+    compile_tasks,
+    kernel_facts,
+    setup_launches,
+)
 from validation.correctness import ReferenceCache, check, checked_groups  # noqa: E402
 from validation.matrix import kernel_names  # noqa: E402
 
@@ -45,7 +52,54 @@ def test_compile_tasks_dedupe_by_key():
     cfgs = [{"compile_key": k, "schedule": "fa2", "problem": {"batch": 8}, "tiling": {}}
             for k in ("a", "b", "a")]
     tasks = compile_tasks(cfgs)
-    assert len(tasks) == 2 and all(t[1]["batch"] == 1 for t in tasks)
+    assert [t[1] for t in tasks] == ["a", "b"] and all(t[2]["batch"] == 1 for t in tasks)
+
+
+def test_kernel_facts_read_the_compiled_kernel():
+    """What the device run keeps of each compiled kernel: shared memory and the wgmma
+    operand demand of its PTX (the parser itself is checked in test_kernels_aot)."""
+    ptx = ("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1}, %rd1, %rd2, 0, 1, "
+           "1, 0, 0;")
+    compiled = types.SimpleNamespace(asm={"ptx": ptx},
+                                     metadata=types.SimpleNamespace(shared=49152))
+    facts = kernel_facts("fa2_fwd", compiled)
+    per_flop = (64 * 16 * 2 + 16 * 16 * 2) / (2 * 64 * 16 * 16)
+    assert facts == {"name": "fa2_fwd", "shared_bytes": 49152,
+                     "wgmma_smem_bytes_per_flop": pytest.approx(per_flop),
+                     "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop)}
+    no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
+                                     metadata=types.SimpleNamespace(shared=0))
+    assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None
+
+
+def test_precompile_worker_keeps_the_facts_of_the_configs_own_kernels(monkeypatch):
+    """``_warm`` (the device run's compile worker, which needs a GPU to compile for) with
+    SYNTHETIC launches: every launch is warmed, the facts are the config's own kernels'
+    (not the backward's set-up forward), and facts that cannot be read cost nothing."""
+    from validation import compile as comp
+
+    def launch(name, ptx):
+        compiled = types.SimpleNamespace(asm={"ptx": ptx},
+                                         metadata=types.SimpleNamespace(shared=1024))
+
+        def warmup(*args, **kwargs):
+            warmed.append(name)
+            return compiled
+
+        fn = types.SimpleNamespace(warmup=warmup, fn=types.SimpleNamespace(__name__=name))
+        return comp.Launch(fn, (1,), (), {})
+
+    warmed: list[str] = []
+    monkeypatch.setattr(comp, "capture_launches", lambda *a: [launch("fa2_bwd_dq", "")])
+    monkeypatch.setattr(comp, "setup_launches", lambda *a: [launch("fa2_fwd", "")])
+    bwd = AttentionProblem(batch=1, heads=2, seq_q=64, head_dim=16, pass_="bwd")
+    task = ("fa2", "key", bwd.to_dict(), Tiling(block_m=16, block_n=16).to_dict())
+    schedule, key, _, error, facts = comp._warm(task)
+    assert (schedule, key, error) == ("fa2", "key", None)
+    assert warmed == ["fa2_bwd_dq", "fa2_fwd"]
+    assert [f["name"] for f in facts] == ["fa2_bwd_dq"] and facts[0]["shared_bytes"] == 1024
+    monkeypatch.setattr(comp, "kernel_facts", lambda *a: 1 / 0)
+    assert comp._warm(task)[3:] == (None, [])
 
 
 def test_checked_groups():

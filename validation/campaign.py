@@ -154,8 +154,13 @@ def run(plan: dict, out_path: Path, log_dir: Path, opts: RunOptions, log=print,
                           else "not profiled: the config was not timed")
         summary["phases_s"]["ncu"] = prof["seconds"]
 
+    facts = summary.get("precompile", {}).get("kernel_facts", {})
+    compile_key_of = {c["id"]: c["compile_key"] for c in plan["configs"]}
+
     def finish(rec: dict) -> dict:
         ncu.attach([rec], prof["matched"], prof["missing"], default_reason)
+        if rec["record_id"] in compile_key_of:  # what the GPU's own compiler made of it
+            rec["kernel_facts"] = facts.get(compile_key_of[rec["record_id"]])
         rec["environment"] = dict(rec["environment"],
                                   sm_clock_mhz_after_timing=clocks_after["sm_clock_mhz"])
         return rec

@@ -150,8 +150,9 @@ def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
             message = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
             out.update(ok=False, error=f"{launch.name}: {type(exc).__name__}: {message}")
             return out
-        shared = int(compiled.metadata.shared)
-        out["kernels"].append({"name": launch.name, "shared_bytes": shared})
+        facts = kernel_facts(launch.name, compiled)
+        out["kernels"].append(facts)
+        shared = facts["shared_bytes"]
         if shared > smem_limit:
             out.update(ok=False, error=f"{launch.name} needs {shared} bytes of shared memory "
                                        f"per CTA; {hardware} allows {smem_limit}")
@@ -159,31 +160,49 @@ def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
     return out
 
 
-def _warm(task: tuple[str, dict, dict]) -> tuple[str, float, str | None]:
-    """Worker: compile one config's kernels into Triton's on-disk cache (GPU machine)."""
-    schedule, problem_dict, tiling_dict = task
+def kernel_facts(name: str, compiled) -> dict:
+    """What one compiled kernel is, from Triton's result: its shared memory per CTA and what
+    its wgmma ask of shared memory per FLOP (``kernels.resources.wgmma_operand_demand``: over
+    their mix, and the most demanding; None without wgmma)."""
+    from kernels.resources import wgmma_operand_demand
+
+    mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
+    return {"name": name, "shared_bytes": int(compiled.metadata.shared),
+            "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst}
+
+
+def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:
+    """Worker: compile one config's kernels into Triton's on-disk cache (GPU machine).
+    Returns the schedule, the compile key, seconds, the error if any, and the facts of the
+    config's own kernels (``kernel_facts``; the backward's set-up forward excluded)."""
+    schedule, key, problem_dict, tiling_dict = task
     start = time.perf_counter()
     try:
         problem = AttentionProblem.from_dict(problem_dict)
         tiling = Tiling.from_dict(tiling_dict)
-        launches = capture_launches(schedule, problem, tiling)
-        if problem.pass_ != "fwd":
-            launches += setup_launches(schedule, problem)
-        for launch in launches:
-            launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+        own = capture_launches(schedule, problem, tiling)
+        setup = setup_launches(schedule, problem) if problem.pass_ != "fwd" else []
+        compiled = [launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+                    for launch in own + setup]
     except Exception as exc:  # the timing process will compile it, or report the failure
-        return schedule, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
-    return schedule, time.perf_counter() - start, None
+        return schedule, key, time.perf_counter() - start, f"{type(exc).__name__}: {exc}", []
+    try:  # the facts are a bonus: reading them must not fail a compile that worked
+        ready = [c.result() if hasattr(c, "result") else c for c in compiled[:len(own)]]
+        facts = [kernel_facts(launch.name, c) for launch, c in zip(own, ready, strict=True)]
+    except Exception:
+        facts = []
+    return schedule, key, time.perf_counter() - start, None, facts
 
 
-def compile_tasks(configs: list[dict]) -> list[tuple[str, dict, dict]]:
+def compile_tasks(configs: list[dict]) -> list[tuple[str, str, dict, dict]]:
     """One task per compile key; the problem at batch 1 (batch only sizes the grid)."""
     tasks, seen = [], set()
     for cfg in configs:
         if cfg["compile_key"] in seen:
             continue
         seen.add(cfg["compile_key"])
-        tasks.append((cfg["schedule"], dict(cfg["problem"], batch=1), cfg["tiling"]))
+        tasks.append((cfg["schedule"], cfg["compile_key"], dict(cfg["problem"], batch=1),
+                      cfg["tiling"]))
     return tasks
 
 
@@ -194,16 +213,18 @@ def precompile(configs: list[dict], workers: int, budget_s: float, log=print) ->
     from concurrent.futures import TimeoutError as FuturesTimeout
 
     tasks = compile_tasks(configs)
-    start, done, failed = time.monotonic(), 0, []
+    start, done, failed, facts = time.monotonic(), 0, [], {}
     workers = max(1, min(workers, len(tasks), os.cpu_count() or 1))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     try:
         futures = [pool.submit(_warm, task) for task in tasks]
         for future in as_completed(futures, timeout=budget_s):
-            schedule, seconds, error = future.result()
+            schedule, key, seconds, error, kernels = future.result()
             done += 1
             if error:
                 failed.append(f"{schedule}: {error}")
+            elif kernels:
+                facts[key] = kernels
     except FuturesTimeout:
         log(f"precompile: budget of {budget_s:.0f} s reached after {done}/{len(tasks)} tasks")
         # Workers still compiling would compete with the timed runs for the CPU that
@@ -213,4 +234,4 @@ def precompile(configs: list[dict], workers: int, budget_s: float, log=print) ->
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     return {"tasks": len(tasks), "done": done, "failed": failed, "workers": workers,
-            "seconds": time.monotonic() - start}
+            "seconds": time.monotonic() - start, "kernel_facts": facts}

@@ -114,6 +114,36 @@ def _kernel_rows(rec: dict, pred: dict, launch_s: float) -> list[dict]:
     return rows
 
 
+def operand_demand(rec: dict) -> float | None:
+    """The largest shared-memory operand bytes per FLOP of the record's wgmma instructions,
+    as the GPU's own compiler made them (``kernel_facts``, written by the device run); None
+    without facts or wgmma."""
+    values = [k.get("wgmma_smem_bytes_per_flop_max") for k in rec.get("kernel_facts") or ()]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _operand_limit(hw, dtype: str) -> float | None:
+    return hw.smem_operand_limit(dtype) if dtype in hw.tensor_flops_per_s else None
+
+
+def by_operand_demand(rows: list[dict]) -> dict:
+    """Time errors of the records whose wgmma ask more of shared memory than it can feed at
+    the tensor peak, against the others (the model leaves those reads out, so the first
+    group should be predicted too fast: a negative mean error)."""
+    groups = {"over": [], "within": []}
+    for r in rows:
+        if r["operand_demand"] is not None and r["operand_limit"] is not None:
+            groups["over" if r["operand_demand"] > r["operand_limit"] else "within"].append(r)
+    out = {}
+    for name, rs in groups.items():
+        errors = [r["error_pct"]["time"] for r in rs if r["error_pct"]["time"] is not None]
+        out[name] = {"n": len(errors),
+                     "mape_pct": sum(map(abs, errors)) / len(errors) if errors else None,
+                     "mean_error_pct": sum(errors) / len(errors) if errors else None}
+    return out
+
+
 def _launch_gap_s(rec: dict) -> float | None:
     """(measured time - the ncu durations of its kernels) / kernels; None without them."""
     kernels = (rec.get("counters") or {}).get("kernels") or []
@@ -190,6 +220,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "kernels": _kernel_rows(rec, pred,
                                              hw_cache[name].kernel_launch_overhead_s),
                      "launch_gap_s": _launch_gap_s(rec),
+                     "operand_demand": operand_demand(rec),
+                     "operand_limit": _operand_limit(hw_cache[name], rec["problem"]["dtype"]),
                      "bound": pred.get("bound"),
                      "synthetic": bool(rec.get("synthetic"))})
     groups, kernels = defaultdict(list), defaultdict(list)
@@ -241,6 +273,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "spearman_min": min(rhos) if rhos else None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
             "regret_max_pct": max(regrets) if regrets else None,
+            "by_operand_demand": by_operand_demand(rows),
             "ties": {"n": len(ties),
                      "max_abs_measured_pct": max(map(abs, ties)) if ties else None,
                      "apart": sum(abs(t) > TARGETS["regret_max_pct"] for t in ties)},

@@ -4,7 +4,10 @@ A record is self-contained: the environment it was measured in (GPU, driver, CUD
 triton and ncu versions, clocks, date), the problem, the tiling and schedule (or the PyTorch
 peer that ran instead), the kernels launched, the correctness error against the float64
 reference, the timing (median, p20, p80 over repeats with L2 flushed before each) and the
-Nsight Compute counters — or ``null`` with the reason why there are none.
+Nsight Compute counters — or ``null`` with the reason why there are none. Triton records
+of a device run also keep ``kernel_facts``: per kernel, as the GPU's own Triton compiled
+it, its shared memory and what its wgmma ask of shared memory per FLOP
+(``validation.compile.kernel_facts``; ``null`` where the run did not compile it ahead).
 
 Reading validates every line and reports a malformed one as ``path:line: what is wrong``;
 the other lines still load. Writing is atomic: a line is appended with one ``write`` and

@@ -111,6 +111,13 @@ def target_lines(report: dict) -> list[str]:
                      f"more than {TARGETS['regret_max_pct']:g}% apart from it (largest "
                      f"{ties['max_abs_measured_pct']:.1f}%); a tie measured apart is a "
                      "mechanism the model leaves out")
+    demand = summ.get("by_operand_demand") or {}
+    if demand.get("over", {}).get("n"):
+        parts = [f"{label} n={g['n']}, time MAPE {_abs_pct(g['mape_pct'])}, mean error "
+                 f"{_pct(g['mean_error_pct'])}" for label, g in
+                 (("over the limit:", demand["over"]), ("within:", demand["within"]))]
+        lines.append("records by what their wgmma ask of shared memory (left out of the "
+                     "model): " + "; ".join(parts))
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())

@@ -142,6 +142,7 @@ def _print_table(records, args: argparse.Namespace) -> None:
 
     title = (f"Triton kernels, {args.dtype}, head_dim {args.head_dim}"
              f"{', causal' if args.causal else ''}: resources per CTA")
+    limit = _operand_limit(args.dtype)
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
                 "spill bytes", "mma", "operand B/FLOP", "fits"):
@@ -151,28 +152,31 @@ def _print_table(records, args: argparse.Namespace) -> None:
             tail = ["-", "-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    _mma_kind(r), _operand_demand(r),
+                    _mma_kind(r), _operand_demand(r, limit),
                     "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
                       str(r.num_stages), str(r.num_warps), *tail)
     if any(r.wgmma_smem_bytes_per_flop for r in records):
         table.caption = (f"operand B/FLOP: bytes the wgmma read from shared memory per tensor "
                          "FLOP, over the kernel's mix of matmuls / its most demanding one; "
-                         f"above {OPERAND_LIMIT:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
+                         f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
     Console(width=None if sys.stdout.isatty() else 170).print(table)
 
 
-# Shared memory's 128 B/clk per SM over the tensor cores' 4096 dense bf16 FLOP/clk per SM on
-# sm_90 (kernels.resources.wgmma_operand_demand says where both come from).
-OPERAND_LIMIT = 128 / 4096
+def _operand_limit(dtype: str) -> float:
+    """What an sm_90 SM's shared memory can feed its tensor cores, bytes per FLOP (wgmma
+    exists on sm_90 only; the H100 SXM5 preset's numbers)."""
+    from simulator.hardware import load_hardware
+
+    return load_hardware("h100-sxm5").smem_operand_limit(dtype)
 
 
-def _operand_demand(r) -> str:
+def _operand_demand(r, limit: float) -> str:
     """"mix / most demanding" operand bytes per FLOP, starred where one exceeds the limit."""
     mix, worst = r.wgmma_smem_bytes_per_flop, r.wgmma_smem_bytes_per_flop_max
     if mix is None:
         return "-"
-    return f"{mix:.3f} / {worst:.3f}" + (" *" if worst > OPERAND_LIMIT else "")
+    return f"{mix:.3f} / {worst:.3f}" + (" *" if worst > limit else "")
 
