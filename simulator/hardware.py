@@ -145,6 +145,47 @@ class Hardware:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def with_overrides(hw: Hardware, overrides: list[str]) -> Hardware:
+    """``hw`` with fields replaced: ``["hbm_bandwidth_bytes_per_s=8e12",
+    "tensor_flops_per_s.bf16=2e15"]`` (a what-if without writing a TOML file).
+
+    Values are checked as a preset's are; the result's name says what changed, so that
+    every output it reaches (JSON ``hardware`` fields included) shows it is not the preset.
+    """
+    if not overrides:
+        return hw
+    values = hw.to_dict()
+    types = {f.name: f.type for f in fields(Hardware)}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key, text = key.strip(), text.strip()
+        field, _, dtype = key.partition(".")
+        if not sep or not text or field not in types or field in ("name", "display_name") \
+                or (field == "tensor_flops_per_s") != bool(dtype):
+            raise HardwareError(f'--set takes FIELD=VALUE with a field of `tilesim hardware '
+                                f'show` (tensor rates as tensor_flops_per_s.bf16=...), got '
+                                f'"{item}"')
+        try:
+            number = float(text)
+        except ValueError:
+            raise HardwareError(f'--set {key}: "{text}" is not a number') from None
+        if types[field] == "int":
+            if not number.is_integer():
+                raise HardwareError(f'--set {key}: "{text}" must be an integer')
+            number = int(number)
+        if dtype:
+            if dtype not in values[field]:
+                raise HardwareError(f'--set {key}: no dtype "{dtype}"; known: '
+                                    f'{", ".join(values[field])}')
+            values[field] = dict(values[field], **{dtype: number})
+        else:
+            values[field] = number
+    changed = [o.replace(" ", "") for o in overrides]
+    values["name"] = "+".join([hw.name, *changed])  # no brackets: rich reads them as markup
+    values["display_name"] = f"{hw.display_name} with {', '.join(changed)}"
+    return Hardware(**values)
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 

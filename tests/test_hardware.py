@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.hardware import PRESET_DIR, TENSOR_DTYPES, Hardware, load_hardware, preset_names
+from simulator.hardware import (
+    PRESET_DIR,
+    TENSOR_DTYPES,
+    Hardware,
+    HardwareError,
+    load_hardware,
+    preset_names,
+    with_overrides,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5", "h200-sxm", "rtx-4090")
@@ -217,3 +225,45 @@ def test_smem_operand_limit_by_hand():
     assert h100.smem_operand_limit("bf16") == pytest.approx(128 / 4096, rel=2e-3)
     # fp8 runs at twice the rate (1979 TFLOP/s): half the bytes per FLOP.
     assert h100.smem_operand_limit("fp8") == pytest.approx(128 * 1.83e9 * 132 / 1979e12)
+
+
+def test_what_if_overrides_replace_fields_and_rename():
+    h200 = load_hardware("h200-sxm")
+    hw = with_overrides(h200, ["hbm_bandwidth_bytes_per_s=9.6e12", "sm_count = 144",
+                               "tensor_flops_per_s.bf16=2e15"])
+    assert hw.hbm_bandwidth_bytes_per_s == 9.6e12 and hw.sm_count == 144
+    assert isinstance(hw.sm_count, int)
+    assert hw.tensor_flops_per_s == dict(h200.tensor_flops_per_s, bf16=2e15)
+    assert h200.tensor_flops_per_s["bf16"] == 989e12  # the preset is left alone
+    assert hw.name == ("h200-sxm+hbm_bandwidth_bytes_per_s=9.6e12+sm_count=144"
+                       "+tensor_flops_per_s.bf16=2e15")
+    for field in fields(Hardware):  # nothing else moved
+        if field.name not in ("name", "display_name", "hbm_bandwidth_bytes_per_s", "sm_count",
+                              "tensor_flops_per_s"):
+            assert getattr(hw, field.name) == getattr(h200, field.name), field.name
+    assert with_overrides(h200, []) is h200
+
+
+@pytest.mark.parametrize("override, match", [
+    ("nonsense=1", "FIELD=VALUE"), ("sm_count", "FIELD=VALUE"), ("name=x", "FIELD=VALUE"),
+    ("tensor_flops_per_s=1e15", "FIELD=VALUE"), ("sm_count.bf16=1", "FIELD=VALUE"),
+    ("sm_count=1.5", "integer"), ("hbm_latency_s=fast", "not a number"),
+    ("tensor_flops_per_s.int4=1e15", "no dtype"), ("hbm_efficiency=1.5", r"\(0, 1\]"),
+    ("l2_bytes=-1", "> 0"),
+])
+def test_what_if_overrides_are_checked(override, match):
+    with pytest.raises(HardwareError, match=match):
+        with_overrides(load_hardware("h200-sxm"), [override])
+
+
+def test_set_reaches_the_simulation_and_its_json(capsys):
+    argv = ["simulate", "--hardware", "h200-sxm", "--heads", "4", "--seq", "2048", "--json"]
+    assert main(argv) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--set", "tensor_flops_per_s.bf16=494.5e12"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["hardware"] == "h200-sxm+tensor_flops_per_s.bf16=494.5e12"
+    assert slow["bytes"] == base["bytes"]  # the same traffic
+    assert slow["time_s"] > base["time_s"]  # half the tensor rate: tensor-bound, slower
+    assert main(["count", "--set", "sm_count=x"]) == 2
+    assert "not a number" in capsys.readouterr().err

@@ -122,3 +122,17 @@ def test_tensor_bound_ties_across_block_n_are_flagged():
     assert not flag([_result(16, 1.0, "hbm"), _result(64, 1.0, "hbm")], 1.0)
     assert not flag([_result(64, 1.0), _result(64, 1.0)], 1.0)
     assert not flag([_result(16, 1.0), {"tiling": {"block_n": 64}, "error": "x"}], 1.0)
+
+
+def test_what_if_reaches_the_worker_processes(capsys):
+    argv = ["sweep", *SMALL, "--hardware", "h200-sxm", "--block-m", "64", "--block-n", "32,64",
+            "--stages", "2", "--warps", "4", "--jobs", "2", "--json"]
+    assert main(argv) == 0
+    base = {json.dumps(r["tiling"]): r["time_s"] for r in json.loads(capsys.readouterr().out)[
+        "results"]}
+    assert main([*argv, "--set", "tensor_flops_per_s.bf16=247e12"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hardware"] == "h200-sxm+tensor_flops_per_s.bf16=247e12"
+    slow = {json.dumps(r["tiling"]): r["time_s"] for r in doc["results"]}
+    assert slow.keys() == base.keys() and len(base) == 2
+    assert all(slow[k] > base[k] for k in base)  # a quarter of the tensor rate, every tiling

@@ -22,6 +22,24 @@ def add_hardware_arg(parser: argparse.ArgumentParser, default: str = "h100-sxm5"
         help=f"preset name or path to a .toml file (default {default}; "
         "see `tilesim hardware list`)",
     )
+    add_set_arg(parser)
+
+
+def add_set_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", dest="hardware_set", action="append", default=[], metavar="FIELD=VALUE",
+        help="what if: replace one number of the hardware, e.g. --set "
+        "hbm_bandwidth_bytes_per_s=8e12 or --set tensor_flops_per_s.bf16=2e15 (repeatable; "
+        "fields as `tilesim hardware show --json` names them)",
+    )
+
+
+def hardware_from_args(args: argparse.Namespace, name: str | None = None):
+    """The hardware the command runs on: ``--hardware`` (or ``name``) with ``--set``."""
+    from simulator.hardware import load_hardware, with_overrides
+
+    hw = load_hardware(name if name is not None else args.hardware)
+    return with_overrides(hw, getattr(args, "hardware_set", []))
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

@@ -6,6 +6,7 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
+    hardware_from_args,
     print_json,
     problem_from_args,
     tiling_from_args,
@@ -74,9 +75,8 @@ def _intermediate_bytes(pred: dict) -> int:
 
 def run(args) -> int:
     from simulator.explain.model import predict_pair
-    from simulator.hardware import load_hardware
 
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     preds = predict_pair(problem_from_args(args), tiling_from_args(args), hw)
     if args.json:
         print_json(preds)

@@ -6,6 +6,7 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
+    hardware_from_args,
     print_json,
     problem_from_args,
     tiling_from_args,
@@ -22,10 +23,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.hardware import load_hardware
     from simulator.prediction import count_prediction
 
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     pred = count_prediction(problem_from_args(args), tiling_from_args(args), args.schedule, hw)
     if args.json:
         print_json(pred)

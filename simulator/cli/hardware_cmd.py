@@ -29,11 +29,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="all fields of one preset or TOML file")
     show.add_argument("name", metavar="NAME_OR_PATH", help="preset name or path to a .toml file")
     show.add_argument("--json", action="store_true", help="print the fields as JSON (SI units)")
+    from simulator.cli.common import add_set_arg
+
+    add_set_arg(show)
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "hardware_action", None) == "show":
-        hw = load_hardware(args.name)
+        from simulator.cli.common import hardware_from_args
+
+        hw = hardware_from_args(args, args.name)
         if args.json:
             from simulator.cli.common import print_json
 

@@ -14,11 +14,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.hardware import load_hardware
+    from simulator.cli.common import hardware_from_args
     from simulator.replay import replay_prediction
     from traces.trace import read_parquet
 
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     pred = replay_prediction(read_parquet(args.trace), hw)
     if args.json:
         print_json(pred)

@@ -64,17 +64,21 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from simulator.cli import UserError
-    from simulator.cli.common import print_json, problem_from_args, tiling_from_args
+    from simulator.cli.common import (
+        hardware_from_args,
+        print_json,
+        problem_from_args,
+        tiling_from_args,
+    )
     from simulator.explain import report
     from simulator.explain.common import parse_int_list
-    from simulator.hardware import load_hardware
     from traces.tiling import Tiling
 
     problem, tiling = problem_from_args(args), tiling_from_args(args)
     blocks = tuple(parse_int_list(args.sweep_blocks, "sweep-blocks"))
     for b in blocks:
         Tiling(block_m=b, block_n=b)  # same message as any bad block size
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     out_dir = Path(args.out).parent
     if not out_dir.is_dir():  # fail before simulating, not after
         raise UserError(f"cannot write {args.out}: directory {out_dir} does not exist")

@@ -25,14 +25,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.cli.common import print_json, problem_from_args, tiling_from_args
+    from simulator.cli.common import (
+        hardware_from_args,
+        print_json,
+        problem_from_args,
+        tiling_from_args,
+    )
     from simulator.explain import roofline
     from simulator.explain.common import plot_format
-    from simulator.hardware import load_hardware
 
     if args.plot:
         plot_format(args.plot)
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     result = roofline.roofline(problem_from_args(args), tiling_from_args(args), hw)
     if args.plot:
         roofline.plot(result, args.plot)

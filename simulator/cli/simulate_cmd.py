@@ -14,6 +14,7 @@ from simulator.cli.common import (
     add_problem_args,
     add_tiling_args,
     check_output_paths,
+    hardware_from_args,
     print_json,
     problem_from_args,
     tiling_from_args,
@@ -35,10 +36,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.hardware import load_hardware
     from simulator.sim import predict
 
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     check_output_paths(args.timeline)
     pred, sim = predict(problem_from_args(args), tiling_from_args(args), args.schedule, hw,
                         args.mode)

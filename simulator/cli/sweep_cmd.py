@@ -23,6 +23,7 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     check_output_paths,
+    hardware_from_args,
     print_json,
     problem_from_args,
 )
@@ -207,9 +208,8 @@ def _progress(total: int):
 
 
 def run(args) -> int:
-    from simulator.hardware import load_hardware
 
-    hw = load_hardware(args.hardware)
+    hw = hardware_from_args(args)
     check_output_paths(args.plot)
     problem = problem_from_args(args)
     tilings = candidate_tilings(args, problem)
