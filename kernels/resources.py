@@ -120,6 +120,8 @@ def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
     nbytes = flops = 0
     worst = None
     for m, n, k, a_type, b_type, a_in_registers in WGMMA_SHAPE.findall(ptx):
+        if a_type not in _OPERAND_BYTES or b_type not in _OPERAND_BYTES:
+            continue  # a type this table does not know: left out, not guessed
         m, n, k = int(m), int(n), int(k)
         operand = n * k * _OPERAND_BYTES[b_type] + (0 if a_in_registers
                                                     else m * k * _OPERAND_BYTES[a_type])

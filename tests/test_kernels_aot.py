@@ -159,6 +159,8 @@ def test_operand_demand_of_a_wgmma_listing_by_hand():
     assert mix == pytest.approx((2 * ss_bytes + rs_bytes) / (2 * ss_flops + rs_flops))
     assert worst == pytest.approx(ss_bytes / ss_flops)
     assert resources.wgmma_operand_demand("mma.sync.aligned.m16n8k16") == (None, None)
+    unknown = ss.replace("bf16.bf16", "b1.b1")  # a type the table lacks: left out
+    assert resources.wgmma_operand_demand(unknown) == (None, None)
 
 
 def test_fa2_forward_operand_demand_is_its_two_matmuls():
