@@ -37,6 +37,7 @@ from simulator.hardware import load_hardware
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 from validation import stats
+from validation.matrix import MIN_GAP
 from validation.records import group_key, shape_key
 
 REPORT_SCHEMA = "tilesim.reconcile/1"
@@ -47,9 +48,9 @@ GPU_PRESETS = ((r"H200", "h200-sxm"), (r"H100", "h100-sxm5"),
 # The issue's targets on real H200 records.
 TARGETS = {"time_mape_pct": 10.0, "time_max_pct": 20.0, "dram_mape_pct": 5.0,
            "spearman_min": 0.9, "regret_max_pct": 5.0}
-# Tilings the model rates within this of the predicted best are its "ties" (the plans'
-# threshold for "rated differently", validation.matrix.MIN_GAP).
-TIE_GAP = 0.02
+# Tilings the model rates within this of the predicted best are its "ties": the plans'
+# threshold for "rated differently".
+TIE_GAP = MIN_GAP
 METRICS = ("time", "dram", "l2")
 KERNEL_METRICS = ("time", "dram")
 
