@@ -57,6 +57,32 @@ def test_replay_equals_count(tmp_path, capsys):
         assert json.loads(replayed) == json.loads(counted)
 
 
+def test_trace_names_its_hardware_and_chrome_is_the_simulated_run(tmp_path, capsys):
+    """``--hardware`` (and ``--set``) as every command takes them: the Parquet metadata names
+    the hardware (the access stream is the same on any), and ``--format chrome`` writes the
+    timeline ``simulate --timeline`` writes for the same problem and hardware."""
+    what_if = ["--hardware", "h200-sxm", "--set", "sm_count=66"]
+    path = tmp_path / "t.parquet"
+    assert run(capsys, ["trace", *PROBLEM, *what_if, "--out", str(path)])[0] == 0
+    back = read_parquet(path)
+    assert back.hardware == "h200-sxm+sm_count=66"
+    other = tmp_path / "u.parquet"
+    assert run(capsys, ["trace", *PROBLEM, "--out", str(other)])[0] == 0
+    assert read_parquet(other).hardware == "h100-sxm5"
+    assert read_parquet(other).content_hash() == back.content_hash()
+    chrome, timeline = tmp_path / "t.json", tmp_path / "timeline.json"
+    rc, _, err = run(capsys, ["trace", *PROBLEM, *what_if, "--format", "chrome", "--out",
+                              str(chrome)])
+    assert rc == 0 and "simulated run on h200-sxm+sm_count=66" in err
+    assert run(capsys, ["simulate", *PROBLEM, *what_if, "--timeline", str(timeline)])[0] == 0
+    assert json.loads(chrome.read_text()) == json.loads(timeline.read_text())
+    big = ["--block-m", "256", "--block-n", "256", "--stages", "5"]
+    rc, _, err = run(capsys, ["trace", *PROBLEM, *big, "--head-dim", "128", "--format",
+                              "chrome", "--out", str(tmp_path / "x.json")])
+    assert rc == 2 and err.count("\n") == 1 and "does not fit" in err
+    assert not (tmp_path / "x.json").exists()
+
+
 def _records():
     p = AttentionProblem(1, 2, 100, 32, seq_kv=80)
     return Trace.build(p, Tiling(32, 16), "naive")

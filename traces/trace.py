@@ -2,7 +2,9 @@
 
 A ``Trace`` holds, per kernel, a numpy structured array of ``RECORD_DTYPE`` (one record per
 tile load, tile store or compute step, in execution order) and the metadata that makes it
-self-describing: problem, tiling, schedule, tensor layouts, tool version and a content hash.
+self-describing: problem, tiling, schedule, tensor layouts, the hardware it was written for
+(the access stream does not depend on it; replay and simulation take their own), tool
+version and a content hash.
 Files are written atomically (temp file, then rename) and are deterministic: the same input
 gives the same bytes.
 """
@@ -47,11 +49,13 @@ class Trace:
     tensors: dict[str, Tensor]
     kernels: list[KernelTrace]
     tool_version: str = ""
+    hardware: str = ""
 
     @classmethod
-    def from_schedule(cls, sched: Schedule, tool_version: str = "") -> Trace:
+    def from_schedule(cls, sched: Schedule, tool_version: str = "",
+                      hardware: str = "") -> Trace:
         return cls(sched.name, sched.problem, sched.tiling, sched.tensors,
-                   list(iter_kernel_traces(sched)), tool_version)
+                   list(iter_kernel_traces(sched)), tool_version, hardware)
 
     @classmethod
     def build(cls, problem: AttentionProblem, tiling: Tiling, schedule: str,
@@ -73,6 +77,7 @@ class Trace:
             "schedule": self.schedule,
             "problem": self.problem.to_dict(),
             "tiling": self.tiling.to_dict(),
+            "hardware": self.hardware,
             "tensors": [vars(t) for t in self.tensors.values()],
             "kernels": [{"name": k.name, "grid": k.grid, "records": int(k.records.size)}
                         for k in self.kernels],
@@ -191,7 +196,8 @@ def read_parquet(path: str | Path, verify: bool = True) -> Trace:
         kernels.append(KernelTrace(k["name"], k["grid"], sel))
     tensors = {t["name"]: Tensor(**t) for t in info["tensors"]}
     trace = Trace(info["schedule"], AttentionProblem.from_dict(info["problem"]),
-                  Tiling.from_dict(info["tiling"]), tensors, kernels, info["tool_version"])
+                  Tiling.from_dict(info["tiling"]), tensors, kernels, info["tool_version"],
+                  info.get("hardware", ""))
     if verify and trace.content_hash() != info["content_hash"]:
         raise TraceError(f"{path}: content hash mismatch, the file was altered or is corrupt")
     return trace

@@ -1,38 +1,65 @@
-"""`tilesim trace`: write a schedule's access trace (Parquet) or a DRAM request trace."""
+"""`tilesim trace`: write a schedule's access trace (Parquet), a DRAM request trace, or the
+simulated run as a Chrome trace.
+
+Parquet, Ramulator 2 and DRAMsim3 hold the access stream, which the hardware does not
+change (the Parquet metadata names the hardware it was written for). ``--format chrome`` is
+the timed form of the same trace: the timing simulator runs the schedule on the hardware
+and writes its timeline (kernels, a track per CTA slot of each SM, HBM/L2 bandwidth and
+SRAM counters; ``simulator.sim.timeline``), as ``simulate --timeline`` does.
+"""
 
 from __future__ import annotations
 
 from simulator.cli.common import (
+    add_hardware_arg,
     add_problem_args,
     add_tiling_args,
     check_output_paths,
+    hardware_from_args,
     problem_from_args,
     tiling_from_args,
     write_atomically,
 )
 
-FORMATS = ("parquet", "ramulator2", "dramsim3")
+FORMATS = ("parquet", "chrome", "ramulator2", "dramsim3")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="write the access trace of a schedule")
+    add_hardware_arg(p)
     add_problem_args(p)
     add_tiling_args(p)
     p.add_argument("--out", required=True, help="output file")
-    p.add_argument("--format", choices=FORMATS, default="parquet")
+    p.add_argument("--format", choices=FORMATS, default="parquet",
+                   help="parquet: the access trace; chrome: the simulated run on --hardware "
+                   "(Perfetto opens it); ramulator2, dramsim3: DRAM request traces")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import sys
+
     from simulator.prediction import tool_version
     from traces import export
     from traces.schedules import build_schedule
     from traces.trace import Trace, iter_kernel_traces, write_parquet
 
     check_output_paths(args.out)
-    sched = build_schedule(problem_from_args(args), tiling_from_args(args), args.schedule)
+    hw = hardware_from_args(args)
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    if args.format == "chrome":
+        from simulator.cli.render import fmt_time
+        from simulator.sim import predict
+        from simulator.sim.timeline import write_chrome_trace
+
+        pred, sim = predict(problem, tiling, args.schedule, hw)
+        write_chrome_trace(sim, args.out)
+        sys.stderr.write(f"wrote {args.out}: the simulated run on {hw.name}, "
+                         f"{fmt_time(pred['time_s'])}\n")
+        return 0
+    sched = build_schedule(problem, tiling, args.schedule)
     if args.format == "parquet":
-        trace = Trace.from_schedule(sched, tool_version())
+        trace = Trace.from_schedule(sched, tool_version(), hw.name)
         write_atomically(args.out, lambda tmp: write_parquet(trace, tmp))
         message = f"{trace.n_records:,} records"
     else:
@@ -53,7 +80,5 @@ def run(args) -> int:
 
         message = ""
         write_atomically(args.out, write)
-    import sys
-
     sys.stderr.write(f"wrote {args.out}: {message}\n")
     return 0
