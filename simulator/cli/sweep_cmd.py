@@ -32,7 +32,6 @@ from traces.problem import ProblemError
 BLOCKS = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3, 4, 5)
 WARPS = (4, 8)
-TIE = 0.01  # tilings predicted within this fraction of the best are counted as ties
 MEMORY_REASON = "need more device memory than the GPU has"
 
 
@@ -236,6 +235,7 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
     from rich.table import Table
 
     from simulator.cli.render import fmt_bytes, fmt_time, print_tables
+    from simulator.explain.model import OPERAND_CAVEAT, TIE, ties_differ_in_block_n
 
     decode = args.schedule == "decode"
     table = Table(title=f"{args.schedule} on {hw.name}: {problem.describe()} — "
@@ -262,22 +262,13 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
     close = sum(t <= min(timed) * (1 + TIE) for t in timed) if timed else 0
     if close > 1:  # ties are the answer too: the choice among them is free
         notes.append(f"{close} tilings within {100 * TIE:g}% of the best")
-        if _ties_differ_in_block_n(results, min(timed)):
-            notes.append("the model does not charge the tensor cores' operand reads from "
-                         "shared memory, which slow small block_n down (README: what the "
-                         "model leaves out)")
+        if ties_differ_in_block_n([(r["tiling"]["block_n"], r["time_s"], r["bound"])
+                                   for r in results if "error" not in r]):
+            notes.append(OPERAND_CAVEAT)
     if refused:
         notes.append("left out: " + "; ".join(f"{n} {r}" for r, n in refused.items()))
     table.caption = "; ".join(notes) or None
     print_tables([table])
-
-
-def _ties_differ_in_block_n(results: list[dict], best_s: float) -> bool:
-    """Whether tensor-bound tilings tied with the best differ in block_n, where the model
-    leaves out the mechanism that would tell them apart."""
-    tied = [r for r in results if "error" not in r and r["time_s"] <= best_s * (1 + TIE)
-            and r["bound"] == "tensor"]
-    return len({r["tiling"]["block_n"] for r in tied}) > 1
 
 
 def write_heatmap(results: list[dict], path: str, decode: bool = False) -> None:

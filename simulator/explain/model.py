@@ -97,6 +97,20 @@ def timed(pred: dict) -> bool:
 
 
 SWEEP_BLOCKS = (32, 64, 128, 256)
+TIE = 0.01  # tilings predicted within this fraction of the best are ties
+OPERAND_CAVEAT = ("the model does not charge the tensor cores' operand reads from shared "
+                  "memory, which slow small block_n down (README: what the model leaves out)")
+
+
+def ties_differ_in_block_n(entries: list[tuple[int, float, str]]) -> bool:
+    """Whether the tensor-bound tilings tied with the best (``TIE``) differ in block_n:
+    there the model leaves out the mechanism that would tell them apart (``OPERAND_CAVEAT``).
+    ``entries`` are ``(block_n, time_s, bound)`` of the tilings that ran."""
+    if not entries:
+        return False
+    best = min(t for _, t, _ in entries)
+    return len({bn for bn, t, bound in entries
+                if t <= best * (1 + TIE) and bound == "tensor"}) > 1
 
 
 def sweep(problem: AttentionProblem, base: Tiling, schedule: str, hw: Hardware,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from html import escape
 
-from simulator.explain import html_page, report_charts, roofline
+from simulator.explain import html_page, model, report_charts, roofline
 from simulator.explain.report_charts import fmt_bytes, fmt_time
 from simulator.explain.svgplot import si
 
@@ -205,7 +205,10 @@ def sweep_section(p: Page) -> str:
                     rows, left=2)
     chart = figure(report_charts.heatmap_chart(sw), "Scroll or use + / − to zoom, drag to "
                    "pan, double-click to reset. The best tiling is outlined.")
-    body = f'<div class="grid2"><div>{chart}</div><div>{ranking}</div></div>'
+    caveat = (f'<p class="hint">Tied tilings differ in block_n: {escape(model.OPERAND_CAVEAT)}.'
+              "</p>" if model.ties_differ_in_block_n(
+                  [(c["block_n"], c["time_s"], c["bound"]) for c in ranked]) else "")
+    body = f'<div class="grid2"><div>{chart}</div><div>{ranking}{caveat}</div></div>'
     return section("sweep", "Tile sweep",
                    f"Simulated FA2 time over block_m × block_n "
                    f"(stages {sw['num_stages']}, warps {sw['num_warps']}); grey cells do not "
