@@ -133,6 +133,47 @@ def test_rehearsal_with_fake_ncu(tmp_path, monkeypatch):
     assert any("left out" in line for line in logs)
 
 
+BROKEN_NCU = textwrap.dedent('''\
+    #!{python}
+    """SYNTHETIC ncu that cannot read the counters, as on a runtime that hides them."""
+    import sys
+    argv = sys.argv[1:]
+    if "--version" in argv:
+        print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2099.1.0.0 (synthetic)")
+        sys.exit(0)
+    if "--query-metrics" in argv:
+        print("dram__bytes_read   synthetic description")
+        sys.exit(0)
+    if "--help" in argv:
+        sys.exit(0)
+    print("==PROF== Connected to process 1 (synthetic)")
+    print("==ERROR== Failed to initialize the profiler: LibraryNotLoaded")
+    sys.exit(1)
+''')
+
+
+def test_an_ncu_that_cannot_profile_says_why_in_every_record(tmp_path, monkeypatch):
+    """ncu is there but fails (as it did on one runtime of the device machines): the
+    records keep their timings and say, with ncu's own error line, why no counters."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ncu").write_text(BROKEN_NCU.format(python=sys.executable))
+    (bindir / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{__import__('os').environ['PATH']}")
+    plan = tiny_plan()
+    plan["configs"], plan["peers"] = plan["configs"][-1:], []  # decode only: fast
+    out = tmp_path / "records.jsonl"
+    logs: list[str] = []
+    campaign.run(plan, out, tmp_path, campaign.RunOptions(budget_s=300, device="cpu"),
+                 log=logs.append, bench_fn=fake_bench)
+    (rec,) = read_records(out)[0]
+    assert rec["timing"] is not None and rec["counters"] is None
+    assert rec["counters_reason"].startswith("not profiled: no ncu result table")
+    assert "ncu said: Failed to initialize the profiler: LibraryNotLoaded" in rec[
+        "counters_reason"]
+    assert any("LibraryNotLoaded" in line for line in logs)
+
+
 def test_no_ncu_and_deadline(tmp_path, monkeypatch):
     plan = tiny_plan()
     plan["configs"], plan["peers"] = plan["configs"][-1:], []  # decode only: fast

@@ -157,3 +157,12 @@ def test_attach_fills_triton_records_and_explains_the_rest():
     assert recs[1]["counters"] is None and "failed" in recs[1]["counters_reason"]
     assert recs[2]["counters_reason"] == "not profiled: ncu not found"
     assert recs[3]["counters"] is None and "peer" in recs[3]["counters_reason"]
+
+
+def test_first_error_line_of_ncu():
+    text = ("==PROF== Connected to process 7\n==WARNING== something minor\n"
+            "==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n"
+            "==ERROR== a second one\n")
+    assert ncu.first_error(text) == "Failed to initialize the profiler: LibraryNotLoaded"
+    assert ncu.first_error("==PROF== fine\n\"ID\",\"Kernel Name\"\n") is None
+    assert ncu.first_error("==ERROR==\n") is None

@@ -77,10 +77,14 @@ def _profile(plan: dict, ids: list[str], exe: str, log_dir: Path, until: float,
             info["timed_out"] = True
             log("ncu: killed at the end of its time budget")
     info["seconds"] = time.monotonic() - start
+    output = (log_dir / "ncu.csv").read_text(errors="replace")
     try:
-        launches = ncu.parse_csv((log_dir / "ncu.csv").read_text(errors="replace"))
+        launches = ncu.parse_csv(output)
     except ncu.NcuParseError as exc:
-        info.update(launches=0, matched={}, missing={}, error=str(exc))
+        said = ncu.first_error(output + "\n" + (log_dir / "ncu.log").read_text(errors="replace"))
+        info.update(launches=0, matched={}, missing={},
+                    error=str(exc) + (f"; ncu said: {said}" if said else ""))
+        log(f"ncu: {info['error']}")
         return info
     entries = []
     if manifest.exists():

@@ -132,6 +132,16 @@ def parse_value(text: str, unit: str) -> tuple[float | None, str]:
     return value, unit
 
 
+def first_error(text: str) -> str | None:
+    """ncu's first ``==ERROR==`` line, without the prefix (why it produced no table: e.g.
+    "Failed to initialize the profiler: LibraryNotLoaded" where the runtime hides the
+    counters)."""
+    for line in text.splitlines():
+        if line.startswith("==ERROR=="):
+            return line[len("==ERROR=="):].strip() or None
+    return None
+
+
 def parse_csv(text: str) -> list[ProfiledLaunch]:
     """Kernel launches, in ID (launch) order, with their metrics in base units."""
     lines = text.splitlines()
