@@ -24,9 +24,11 @@ from validation import campaign, matrix  # noqa: E402
 from validation.records import read_records  # noqa: E402
 from validation.runner import run_timing  # noqa: E402
 
-FAKE_NCU = textwrap.dedent('''\
+# What every SYNTHETIC ncu of these tests answers before it profiles: its version, the
+# metrics it lists and its --help.
+NCU_HEAD = textwrap.dedent('''\
     #!{python}
-    """SYNTHETIC ncu for tests: runs the target, prints made-up counters as long CSV."""
+    """SYNTHETIC ncu for tests: its answers are made up."""
     import json, subprocess, sys
     argv = sys.argv[1:]
     if "--version" in argv:
@@ -41,6 +43,9 @@ FAKE_NCU = textwrap.dedent('''\
     if "--help" in argv:
         print("  --print-units   base|auto")
         sys.exit(0)
+''')
+# Runs the target and prints made-up counters as long CSV.
+FAKE_NCU = NCU_HEAD + textwrap.dedent('''\
     metrics = argv[argv.index("--metrics") + 1].split(",")
     target = argv[argv.index("-k") + 2:]
     print("==PROF== Connected to process 1 (synthetic)")
@@ -133,19 +138,8 @@ def test_rehearsal_with_fake_ncu(tmp_path, monkeypatch):
     assert any("left out" in line for line in logs)
 
 
-BROKEN_NCU = textwrap.dedent('''\
-    #!{python}
-    """SYNTHETIC ncu that cannot read the counters, as on a runtime that hides them."""
-    import sys
-    argv = sys.argv[1:]
-    if "--version" in argv:
-        print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2099.1.0.0 (synthetic)")
-        sys.exit(0)
-    if "--query-metrics" in argv:
-        print("dram__bytes_read   synthetic description")
-        sys.exit(0)
-    if "--help" in argv:
-        sys.exit(0)
+# Cannot read the counters, as on a runtime that hides them.
+BROKEN_NCU = NCU_HEAD + textwrap.dedent('''\
     print("==PROF== Connected to process 1 (synthetic)")
     print("==ERROR== Failed to initialize the profiler: LibraryNotLoaded")
     sys.exit(1)
