@@ -7,6 +7,7 @@ shipped preset carries its source in a comment next to it.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,16 +89,18 @@ class Hardware:
                         f'hardware "{self.name}": tensor_flops_per_s lacks {", ".join(missing)}.'
                     )
                 for dtype, rate in value.items():
-                    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+                    if not _finite(rate) or rate <= 0:
                         raise HardwareError(
-                            f'hardware "{self.name}": tensor_flops_per_s.{dtype} must be > 0.'
+                            f'hardware "{self.name}": tensor_flops_per_s.{dtype} must be a '
+                            "finite number > 0."
                         )
             elif f.name in ZERO_ALLOWED:
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                if not _finite(value) or value < 0:
                     raise HardwareError(
-                        f'hardware "{self.name}": "{f.name}" must be a number >= 0.')
-            elif not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise HardwareError(f'hardware "{self.name}": "{f.name}" must be a number > 0.')
+                        f'hardware "{self.name}": "{f.name}" must be a finite number >= 0.')
+            elif not _finite(value) or value <= 0:
+                raise HardwareError(
+                    f'hardware "{self.name}": "{f.name}" must be a finite number > 0.')
             elif f.type == "int" and not isinstance(value, int):
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
         for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency",
@@ -143,6 +146,12 @@ class Hardware:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _finite(value: object) -> bool:
+    """A real number (not a bool), neither infinite nor NaN (TOML allows both)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def with_overrides(hw: Hardware, overrides: list[str]) -> Hardware:

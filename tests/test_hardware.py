@@ -154,6 +154,10 @@ BAD_FILES = {
         r"(?s)\[compute\.tensor_flops_per_s\].*?\n\n", "tensor_flops_per_s = 1.0e15\n\n", text),
     "fractional count": _set_value("sm_count", "132.5"),
     "boolean rate": _set_value("fp8", "true"),
+    # TOML has inf and nan; a simulation on them would never end.
+    "infinite bandwidth": _set_value("hbm_bandwidth_bytes_per_s", "inf"),
+    "nan latency": _set_value("l2_latency_s", "nan"),
+    "infinite rate": _set_value("bf16", "inf"),
 }
 
 
@@ -249,7 +253,9 @@ def test_what_if_overrides_replace_fields_and_rename():
     ("tensor_flops_per_s=1e15", "FIELD=VALUE"), ("sm_count.bf16=1", "FIELD=VALUE"),
     ("sm_count=1.5", "integer"), ("hbm_latency_s=fast", "not a number"),
     ("tensor_flops_per_s.int4=1e15", "no dtype"), ("hbm_efficiency=1.5", r"\(0, 1\]"),
-    ("l2_bytes=-1", "> 0"),
+    ("l2_bytes=-1", "> 0"), ("hbm_bandwidth_bytes_per_s=inf", "finite"),
+    ("hbm_latency_s=nan", "finite"), ("sm_clock_hz=1e400", "finite"),
+    ("tensor_flops_per_s.bf16=inf", "finite"),
 ])
 def test_what_if_overrides_are_checked(override, match):
     with pytest.raises(HardwareError, match=match):
