@@ -138,9 +138,9 @@ def by_operand_demand(rows: list[dict]) -> dict:
             groups["over" if r["operand_demand"] > r["operand_limit"] else "within"].append(r)
     out = {}
     for name, rs in groups.items():
+        time = _summary(rs, ("time",))["time"]
         errors = [r["error_pct"]["time"] for r in rs if r["error_pct"]["time"] is not None]
-        out[name] = {"n": len(errors),
-                     "mape_pct": sum(map(abs, errors)) / len(errors) if errors else None,
+        out[name] = {"n": time["n"], "mape_pct": time["mape_pct"],
                      "mean_error_pct": sum(errors) / len(errors) if errors else None}
     return out
 

@@ -12,8 +12,6 @@ from simulator.cli.common import (
     tiling_from_args,
 )
 
-SCHEDULES = ("naive", "fa2")
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="naive attention vs FlashAttention-2, side by side")
@@ -33,7 +31,7 @@ def render(preds: dict) -> None:
     naive, fa2 = preds["naive"], preds["fa2"]
     table = Table(title=f"naive vs FlashAttention-2 on {fa2['hardware']}", title_justify="left")
     table.add_column("")
-    for name in SCHEDULES:
+    for name in preds:
         table.add_column(name, justify="right")
     table.add_column("naive / fa2", justify="right")
 
@@ -61,7 +59,7 @@ def render(preds: dict) -> None:
                   *(f"{t:,.0f}" if t is not None else "-" for t in tflops), "")
     console = Console()
     console.print(table)
-    for name in SCHEDULES:
+    for name in preds:
         if "note" in preds[name]:
             console.print(f"{preds[name]['note']}; its traffic is counted, not timed.",
                           markup=False)
