@@ -47,13 +47,31 @@ def test_tiling_rejects(kwargs, message):
 def test_convention_flops():
     p = AttentionProblem(batch=2, heads=3, seq_q=100, seq_kv=50, head_dim=64)
     assert p.convention_flops() == 4 * 2 * 3 * 100 * 50 * 64
-    causal = AttentionProblem(batch=2, heads=3, seq_q=100, seq_kv=50, head_dim=64, causal=True)
-    assert causal.convention_flops() * 2 == p.convention_flops()
+    square = AttentionProblem(batch=2, heads=3, seq_q=100, head_dim=64)
+    causal_square = AttentionProblem(batch=2, heads=3, seq_q=100, head_dim=64, causal=True)
+    assert causal_square.convention_flops() * 2 == square.convention_flops()
     bwd = AttentionProblem(batch=2, heads=3, seq_q=100, seq_kv=50, head_dim=64, pass_="bwd")
     both = AttentionProblem(batch=2, heads=3, seq_q=100, seq_kv=50, head_dim=64,
                             pass_="fwd+bwd")
     assert bwd.convention_flops() * 2 == 5 * p.convention_flops()
     assert both.convention_flops() * 2 == 7 * p.convention_flops()
+
+
+def _unmasked_pairs(nq: int, nkv: int) -> int:
+    """Query-key pairs a bottom-right causal mask keeps, row by row."""
+    return sum(max(0, min(nkv, i + nkv - nq + 1)) for i in range(nq))
+
+
+@pytest.mark.parametrize("nq, nkv", [(4096, 1024), (1024, 4096), (1, 4096), (3000, 1000)])
+def test_causal_convention_counts_the_unmasked_area(nq, nkv):
+    """Causal with Nq != Nkv: the unmasked area, within one row or column of the exact
+    count of kept pairs (never half of Nq·Nkv, which rates 16k x 4k causal at twice the
+    chip's peak)."""
+    p = AttentionProblem(batch=1, heads=1, seq_q=nq, seq_kv=nkv, head_dim=64, causal=True)
+    pairs = p.convention_flops() / (4 * 64)
+    exact = _unmasked_pairs(nq, nkv)
+    assert exact - min(nq, nkv) <= pairs <= exact
+    assert pairs != nq * nkv / 2
 
 
 def test_round_trip_dicts():

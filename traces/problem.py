@@ -82,11 +82,21 @@ class AttentionProblem:
     def convention_flops(self) -> int:
         """FLOPs by the FlashAttention papers' convention (used for TFLOP/s figures).
 
-        Forward 4·B·H·Nq·Nkv·d; causal halves it; backward is 2.5x forward.
+        Forward 4·B·H·d times the query-key pairs: ``Nq·Nkv``, and for causal masking the
+        area of the unmasked region, which halves it when ``Nq == Nkv`` as the papers do.
+        With the bottom-right alignment (``causal_offset``) and ``Nq < Nkv`` every row sees
+        ``Nkv - Nq`` keys more than the square triangle: ``Nq·Nkv - Nq²/2`` (decode's one
+        query sees all its keys); with ``Nq > Nkv`` the first ``Nq - Nkv`` rows see none:
+        ``Nkv²/2``. Halving ``Nq·Nkv`` there would rate a 16k x 4k causal kernel at twice
+        the chip's peak. Backward is 2.5x forward.
         """
-        fwd = 4 * self.batch * self.heads * self.seq_q * self.seq_kv * self.head_dim
-        if self.causal:
-            fwd //= 2
+        b, h, nq, nkv, d = self.batch, self.heads, self.seq_q, self.seq_kv, self.head_dim
+        if not self.causal:
+            fwd = 4 * b * h * nq * nkv * d
+        elif nq <= nkv:
+            fwd = 2 * b * h * (2 * nq * nkv - nq * nq) * d
+        else:
+            fwd = 2 * b * h * nkv * nkv * d
         return {"fwd": fwd, "bwd": fwd * 5 // 2, "fwd+bwd": fwd * 7 // 2}[self.pass_]
 
     def to_dict(self) -> dict:
