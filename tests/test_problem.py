@@ -38,6 +38,10 @@ def test_problem_rejects(kwargs, message):
     (dict(num_stages=0), "num_stages"),
     (dict(num_warps=3), "num_warps"),
     (dict(split_kv=0), "split_kv"),
+    (dict(num_warps=4.0), "num_warps"),
+    (dict(num_warps=True), "num_warps"),
+    (dict(num_stages=True), "num_stages"),
+    (dict(split_kv=2.0), "split_kv"),
 ])
 def test_tiling_rejects(kwargs, message):
     with pytest.raises(ProblemError, match=message):

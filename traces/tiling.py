@@ -10,6 +10,11 @@ MIN_BLOCK = 16
 MAX_BLOCK = 256
 
 
+def _is_int(x: object) -> bool:
+    """An integer, not a bool or a float (``True == 1`` and ``4.0 == 4`` pass ``in`` tests)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _is_power_of_two(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
@@ -32,19 +37,19 @@ class Tiling:
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not _is_power_of_two(value) or value < MIN_BLOCK:
+            if not _is_int(value) or not _is_power_of_two(value) or value < MIN_BLOCK:
                 raise ProblemError(
                     f'"{name}" must be a power of two >= {MIN_BLOCK}, got {value!r}.'
                 )
             if value > MAX_BLOCK:
                 raise ProblemError(f'"{name}" must be <= {MAX_BLOCK}, got {value}.')
-        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
+        if not _is_int(self.num_stages) or not 1 <= self.num_stages <= 8:
             raise ProblemError(f'"num_stages" must be in 1..8, got {self.num_stages!r}.')
-        if self.num_warps not in (1, 2, 4, 8, 16):
+        if not _is_int(self.num_warps) or self.num_warps not in (1, 2, 4, 8, 16):
             raise ProblemError(
                 f'"num_warps" must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}.'
             )
-        if not isinstance(self.split_kv, int) or self.split_kv < 1:
+        if not _is_int(self.split_kv) or self.split_kv < 1:
             raise ProblemError(f'"split_kv" must be a positive integer, got {self.split_kv!r}.')
 
     @property

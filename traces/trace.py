@@ -4,7 +4,8 @@ A ``Trace`` holds, per kernel, a numpy structured array of ``RECORD_DTYPE`` (one
 tile load, tile store or compute step, in execution order) and the metadata that makes it
 self-describing: problem, tiling, schedule, tensor layouts, the hardware it was written for
 (the access stream does not depend on it; replay and simulation take their own), tool
-version and a content hash.
+version, a content hash over the records and a metadata hash over every other metadata
+field (so an edited problem cannot give the records another meaning unnoticed).
 Files are written atomically (temp file, then rename) and are deterministic: the same input
 gives the same bytes.
 """
@@ -22,8 +23,8 @@ from numba import njit
 
 from traces.expand import RECORD_DTYPE, expand_kernel
 from traces.problem import AttentionProblem, ProblemError
-from traces.schedules import Schedule, build_schedule
-from traces.schedules.base import LOAD, STORE, Tensor
+from traces.schedules import SCHEDULE_NAMES, Schedule, build_schedule
+from traces.schedules.base import COMPUTE, LOAD, STORE, Tensor
 from traces.tiling import Tiling
 
 TRACE_SCHEMA = "tilesim.trace/1"
@@ -71,7 +72,7 @@ class Trace:
         return sum(k.records.size for k in self.kernels)
 
     def metadata(self) -> dict:
-        return {
+        info = {
             "schema": TRACE_SCHEMA,
             "tool_version": self.tool_version,
             "schedule": self.schedule,
@@ -83,6 +84,8 @@ class Trace:
                         for k in self.kernels],
             "content_hash": self.content_hash(),
         }
+        info["metadata_hash"] = metadata_hash(info)
+        return info
 
     def content_hash(self) -> str:
         """SHA-256 over the records of every kernel, in order."""
@@ -91,6 +94,16 @@ class Trace:
             h.update(k.name.encode())
             h.update(np.ascontiguousarray(k.records).view(np.uint8).data)
         return h.hexdigest()
+
+
+def metadata_hash(info: dict) -> str:
+    """SHA-256 over the canonical JSON of every metadata field but ``metadata_hash`` itself.
+
+    The fields include ``content_hash``, so this one hash vouches for the whole file.
+    """
+    fields = {k: v for k, v in info.items() if k != "metadata_hash"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 def iter_kernel_traces(sched: Schedule) -> Iterator[KernelTrace]:
@@ -150,12 +163,72 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
             writer.write_table(_arrow_table(index, kernel.records).cast(schema))
 
 
-def read_metadata(path: str | Path) -> dict:
+# Metadata fields and their JSON types. "hardware" and "metadata_hash" are optional: files
+# written before they existed lack them.
+_FIELDS = {"schedule": str, "tool_version": str, "problem": dict, "tiling": dict,
+           "tensors": list, "kernels": list, "content_hash": str}
+_OPTIONAL = {"hardware": str, "metadata_hash": str}
+# The integer fields of a "tensors" and a "kernels" entry (besides "name"), each with the
+# least value it may take.
+_ENTRY_INTS = {"tensors": {"planes": 1, "rows": 1, "cols": 1, "elem_bytes": 1, "base": 0},
+               "kernels": {"grid": 1, "records": 0}}
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a number",
+          float: "a number", bool: "true/false", type(None): "null"}
+
+
+def _check_metadata(info, path: Path) -> None:
+    """``TraceError`` naming the first metadata field that is missing or malformed."""
+
+    def bad(what: str) -> TraceError:
+        return TraceError(f"{path}: trace metadata {what}")
+
+    if not isinstance(info, dict):
+        raise bad(f"is {_KINDS.get(type(info), 'a value')}, not an object")
+    if info.get("schema") != TRACE_SCHEMA:
+        raise TraceError(f"{path}: unsupported trace schema {info.get('schema')!r}")
+    for key, kind in {**_FIELDS, **_OPTIONAL}.items():
+        if key not in info:
+            if key in _FIELDS:
+                raise bad(f'lacks "{key}"')
+        elif type(info[key]) is not kind:
+            raise bad(f'"{key}" is {_KINDS.get(type(info[key]))}, expected {_KINDS[kind]}')
+    if info["schedule"] not in SCHEDULE_NAMES:
+        raise bad(f'"schedule" {info["schedule"]!r} is not one of {", ".join(SCHEDULE_NAMES)}')
+    for key, cls in (("problem", AttentionProblem), ("tiling", Tiling)):
+        try:
+            cls.from_dict(info[key])
+        except (ProblemError, TypeError) as exc:  # a bad value, or a missing or unknown key
+            raise bad(f'"{key}" is not valid: {exc}') from None
+    if type(info["problem"].get("causal", False)) is not bool:
+        raise bad('"problem" is not valid: "causal" must be true or false')
+    for key, ints in _ENTRY_INTS.items():
+        for i, entry in enumerate(info[key]):
+            where = f'"{key}" entry {i}'
+            if type(entry) is not dict or set(entry) != {"name", *ints}:
+                raise bad(f"{where} is not an object of name, {', '.join(ints)}")
+            if type(entry["name"]) is not str:
+                raise bad(f'{where}: "name" is not a string')
+            for field, least in ints.items():
+                if type(entry[field]) is not int or entry[field] < least:
+                    raise bad(f'{where}: "{field}" must be an integer >= {least}, '
+                              f"got {entry[field]!r}")
+    names = [t["name"] for t in info["tensors"]]
+    if len(set(names)) != len(names):
+        raise bad('"tensors" names a tensor twice')
+
+
+def read_metadata(path: str | Path, verify: bool = True) -> dict:
+    """The metadata of a trace file, checked field by field and, if ``verify``, against its
+    metadata hash (files written before that hash existed have none; they load unchecked)."""
     import pyarrow.parquet as pq
 
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise TraceError(f"{path} is a directory, not a trace file")
+    if not path.exists():
         raise TraceError(f"trace file not found: {path}")
+    if not path.is_file():
+        raise TraceError(f"{path} is not a regular file, so not a Parquet trace file")
     try:
         meta = pq.read_schema(str(path)).metadata or {}
     except Exception as exc:  # pyarrow raises several types for truncated/foreign files
@@ -164,29 +237,58 @@ def read_metadata(path: str | Path) -> dict:
         raise TraceError(f"{path} is a Parquet file but not a tilesim trace (no metadata)")
     try:
         info = json.loads(meta[METADATA_KEY])
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # bad JSON or bad UTF-8; absurdly deep nesting
         raise TraceError(f"{path}: tilesim metadata is corrupt") from None
-    if info.get("schema") != TRACE_SCHEMA:
-        raise TraceError(f"{path}: unsupported trace schema {info.get('schema')!r}")
+    _check_metadata(info, path)
+    if verify and "metadata_hash" in info and info["metadata_hash"] != metadata_hash(info):
+        raise TraceError(f"{path}: metadata hash mismatch, the metadata was altered or is "
+                         "corrupt")
     return info
 
 
 def read_parquet(path: str | Path, verify: bool = True) -> Trace:
-    """Read a trace written by ``write_parquet``; checks structure and the content hash."""
+    """Read a trace written by ``write_parquet``.
+
+    Checks the metadata (``read_metadata``), the columns' types, that no value is missing,
+    that the records agree with the metadata's kernel and tensor lists and, if ``verify``,
+    the content hash.
+    """
     import pyarrow.parquet as pq
 
-    info = read_metadata(path)
+    path = Path(path)
+    info = read_metadata(path, verify)
     try:
         table = pq.read_table(str(path))
     except Exception as exc:
         raise TraceError(f"{path} is truncated or corrupt ({type(exc).__name__})") from None
-    missing = [f for f in ("kernel", *RECORD_DTYPE.names) if f not in table.column_names]
+    if len(set(table.column_names)) != len(table.column_names):
+        raise TraceError(f"{path}: trace has a column twice")
+    expected = _arrow_table(0, np.zeros(0, dtype=RECORD_DTYPE)).schema
+    missing = [f for f in expected.names if f not in table.column_names]
     if missing:
         raise TraceError(f"{path}: trace lacks columns {', '.join(missing)}")
+    for field in expected:
+        column = table.column(field.name)
+        if column.type != field.type:
+            raise TraceError(f"{path}: column {field.name} holds {column.type}, "
+                             f"expected {field.type}")
+        if column.null_count:
+            raise TraceError(f"{path}: column {field.name} has missing values "
+                             f"({column.null_count} of {len(column)})")
     kernel_col = table.column("kernel").to_numpy()
     records = np.zeros(table.num_rows, dtype=RECORD_DTYPE)
     for field in RECORD_DTYPE.names:
         records[field] = table.column(field).to_numpy()
+    listed = sum(k["records"] for k in info["kernels"])
+    if table.num_rows != listed:
+        raise TraceError(f"{path}: the file has {table.num_rows} records, its metadata lists "
+                         f"{listed}")
+    if records.size and records["op"].max() > COMPUTE:
+        raise TraceError(f"{path}: records hold op {records['op'].max()}, known ops are 0..2")
+    accesses = records["tensor"][records["op"] != COMPUTE]
+    if accesses.size and accesses.max() >= len(info["tensors"]):
+        raise TraceError(f"{path}: records refer to tensor {accesses.max()}, its metadata "
+                         f"lists {len(info['tensors'])} tensors")
     kernels = []
     for index, k in enumerate(info["kernels"]):
         sel = records[kernel_col == index]

@@ -16,10 +16,14 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from simulator.cli.common import hardware_from_args
     from simulator.replay import replay_prediction
-    from traces.trace import read_parquet
+    from traces.trace import TraceError, read_parquet
 
     hw = hardware_from_args(args)
-    pred = replay_prediction(read_parquet(args.trace), hw)
+    trace = read_parquet(args.trace)
+    try:
+        pred = replay_prediction(trace, hw)
+    except TraceError as exc:
+        raise TraceError(f"{args.trace}: {exc}") from None
     if args.json:
         print_json(pred)
     else:
