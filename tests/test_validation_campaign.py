@@ -10,6 +10,7 @@ matched to configs by name and order, counters attached, summary written.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import textwrap
 
@@ -207,3 +208,30 @@ def test_timing_failures_are_recorded_and_a_lost_context_stops_the_run(tmp_path)
     assert res["skipped"] == [decode["id"] + "-again"]
     records, errors = read_records(tmp_path / "b.jsonl")
     assert errors == [] and len(records) == 1 and records[0]["timing"] is None
+
+
+def test_a_record_the_checks_refuse_is_kept_in_the_log(tmp_path):
+    """A measurement the record checks refuse (here a NaN time) is not lost and does not
+    stop the run: it goes, as measured, into the log."""
+    plan = tiny_plan()
+    decode = next(c for c in plan["configs"] if c["schedule"] == "decode")
+    plan["peers"] = []
+    plan["configs"] = [decode, dict(decode, id=decode["id"] + "-again")]
+    calls = []
+
+    def zero_first(fn, warmup_ms, rep_ms):
+        calls.append(1)
+        t = float("nan") if len(calls) == 1 else 1e-4
+        return {"median_s": t, "p20_s": t, "p80_s": t}
+
+    lines = []
+    out = tmp_path / "records.jsonl"
+    res = run_timing(plan, {}, "r1", out, deadline=float("inf"), warmup_ms=1, rep_ms=1,
+                     log=lines.append, device="cpu", bench_fn=zero_first)
+    assert res["stop_reason"] is None
+    records, errors = read_records(out)
+    assert errors == [] and [r["record_id"].endswith("-again") for r in records] == [True]
+    logged = [line for line in lines if line.startswith("invalid record (")]
+    assert len(logged) == 1 and "timing.median_s" in logged[0]
+    kept = json.loads(logged[0].split(", as measured: ", 1)[1])
+    assert math.isnan(kept["timing"]["median_s"]) and kept["record_id"] == decode["id"]

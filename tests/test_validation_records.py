@@ -89,3 +89,31 @@ def test_update_run_touches_only_its_run_and_keeps_other_lines(tmp_path):
     assert len(errors) == 1
     assert [r["counters"] is not None for r in loaded] == [True, recs[1]["counters"] is not None,
                                                          True]
+
+
+def test_update_run_keeps_a_record_whose_update_is_not_valid(tmp_path):
+    """A device run attaches counters to every record at the end: one bad value must cost
+    that record its update, not the run all its counters."""
+    recs = _recs()
+    path = tmp_path / "r.jsonl"
+    write_records(path, recs)
+    before = path.read_text().splitlines()
+    rejected = []
+
+    def add_counters(rec):
+        rec["counters"], rec["counters_reason"] = counters(5.0, 6.0), None
+        if rec["record_id"] == recs[0]["record_id"]:
+            rec["counters"]["dram_read_bytes"] = -1.0
+        return rec
+
+    with pytest.raises(RecordError, match="dram_read_bytes"):
+        update_run(path, "synthetic", add_counters)
+    assert path.read_text().splitlines() == before  # all or nothing without on_invalid
+    n = update_run(path, "synthetic", add_counters,
+                   lambda rec, exc: rejected.append((rec["record_id"], str(exc))))
+    assert n == len(recs) - 1
+    assert [r for r, _ in rejected] == [recs[0]["record_id"]]
+    lines = path.read_text().splitlines()
+    assert lines[0] == before[0]
+    loaded, errors = read_records(path)
+    assert not errors and loaded[1]["counters"]["dram_read_bytes"] == 5.0

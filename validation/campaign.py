@@ -169,7 +169,11 @@ def run(plan: dict, out_path: Path, log_dir: Path, opts: RunOptions, log=print,
                                   sm_clock_mhz_after_timing=clocks_after["sm_clock_mhz"])
         return rec
 
-    updated = update_run(out_path, run_id, finish) if out_path.exists() else 0
+    def invalid(rec: dict, exc: Exception) -> None:
+        summary.setdefault("records_not_updated", {})[rec["record_id"]] = str(exc)
+        log(f"counters: {rec['record_id']} kept without them, the update is not valid: {exc}")
+
+    updated = update_run(out_path, run_id, finish, invalid) if out_path.exists() else 0
     summary["ncu"] = {k: v for k, v in prof.items() if k != "matched"}
     summary["ncu"]["configs_with_counters"] = len(prof["matched"])
     summary["records_written"] = updated

@@ -18,6 +18,7 @@ crash never leaves half a record behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -25,10 +26,16 @@ from pathlib import Path
 
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
+from validation.ncu import METRICS
 
 SCHEMA = "tilesim.record/1"
 IMPLEMENTATIONS = ("triton", "sdpa_math", "sdpa_flash")
 TIMING_KEYS = ("median_s", "p20_s", "p80_s")
+# What ncu measured, per kernel and summed over a record's kernels (``validation.ncu``):
+# counts, bytes, seconds and a hit rate, each >= 0 or null where ncu gave none.
+KERNEL_COUNTER_KEYS = tuple(METRICS.values())
+COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
+FACT_KEYS = ("shared_bytes", "wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
 
 
 class RecordError(ProblemError):
@@ -45,8 +52,68 @@ class LineError:
         return f"{self.path}:{self.line}: {self.message}"
 
 
+def _kind(value: object) -> str:
+    """What a JSON value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def _number(value: object, where: str, positive: bool = False,
+            optional: bool = False) -> None:
+    """``RecordError`` unless ``value`` is a finite number >= 0 (> 0 if ``positive``), or
+    null where ``optional``."""
+    if value is None and optional:
+        return
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not math.isfinite(value) or value < 0 or (positive and value == 0)):
+        raise RecordError(f'"{where}" must be a finite number {"> 0" if positive else ">= 0"}'
+                          f'{" or null" if optional else ""}, got {value!r}')
+
+
+def _objects(value: object, where: str, numbers: tuple[str, ...]) -> None:
+    """``RecordError`` unless ``value`` is null or a list of objects, each with a non-empty
+    ``"name"`` and its ``numbers`` (where present) finite and >= 0 or null."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise RecordError(f'"{where}" must be a list of objects or null, got {_kind(value)}')
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise RecordError(f'"{where}[{i}]" must be an object, got {_kind(entry)}')
+        if not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise RecordError(f'"{where}[{i}].name" must be a non-empty string')
+        for key in numbers:
+            _number(entry.get(key), f"{where}[{i}].{key}", optional=True)
+
+
+def _non_finite(value: object, where: str) -> tuple[str, float] | None:
+    """The first place in ``value`` that holds NaN or an infinity (which JSON has no words
+    for: Python's reader takes them, our writer refuses them) and that number, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for place, v in items:
+        found = _non_finite(v, place)
+        if found:
+            return found
+    return None
+
+
 def validate_record(rec: object) -> None:
-    """Raise ``RecordError`` with a short reason unless ``rec`` is a valid record dict."""
+    """Raise ``RecordError`` with a short reason unless ``rec`` is a valid record dict.
+
+    Every field that reconciliation, calibration or the report read is checked for its
+    type and range (times > 0; counters, kernel facts and errors >= 0 or null), and no
+    number anywhere may be NaN or infinite.
+    """
     if not isinstance(rec, dict):
         raise RecordError(f"a record must be a JSON object, got {type(rec).__name__}")
     if rec.get("schema") != SCHEMA:
@@ -54,21 +121,33 @@ def validate_record(rec: object) -> None:
     for key in ("record_id", "kernel"):
         if not isinstance(rec.get(key), str) or not rec[key]:
             raise RecordError(f'"{key}" must be a non-empty string')
-    if not isinstance(rec.get("environment"), dict):
+    env = rec.get("environment")
+    if not isinstance(env, dict):
         raise RecordError('"environment" must be an object')
+    for key in ("gpu_name", "date_utc"):  # a record's preset and its age come from these
+        if env.get(key) is not None and not isinstance(env[key], str):
+            raise RecordError(f'"environment.{key}" must be a string or null, got {env[key]!r}')
     impl = rec.get("implementation")
     if impl not in IMPLEMENTATIONS:
         raise RecordError(f'"implementation" must be one of {", ".join(IMPLEMENTATIONS)}, '
                           f"got {impl!r}")
+    problem = rec.get("problem")
+    if not isinstance(problem, dict):
+        raise RecordError(f'"problem" must be an object, got {_kind(problem)}')
+    if not isinstance(problem.get("causal", False), bool):
+        raise RecordError(f'"problem.causal" must be true or false, got {problem["causal"]!r}')
     try:
-        AttentionProblem.from_dict(rec.get("problem") or {})
+        AttentionProblem.from_dict(problem)
     except (ProblemError, TypeError) as exc:
         raise RecordError(f'"problem" is not valid: {exc}') from None
     if impl == "triton":
         if not isinstance(rec.get("schedule"), str):
             raise RecordError('a triton record needs a "schedule"')
+        tiling = rec.get("tiling")
+        if not isinstance(tiling, dict):
+            raise RecordError(f'"tiling" must be an object, got {_kind(tiling)}')
         try:
-            Tiling.from_dict(rec.get("tiling") or {})
+            Tiling.from_dict(tiling)
         except (ProblemError, TypeError) as exc:
             raise RecordError(f'"tiling" is not valid: {exc}') from None
     timing = rec.get("timing")
@@ -76,9 +155,8 @@ def validate_record(rec: object) -> None:
         if not isinstance(timing, dict):
             raise RecordError('"timing" must be an object or null')
         for key in TIMING_KEYS:
-            value = timing.get(key)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise RecordError(f'"timing.{key}" must be a number > 0, got {value!r}')
+            _number(timing.get(key), f"timing.{key}", positive=True)
+        _number(timing.get("tflops"), "timing.tflops", optional=True)
     elif not rec.get("timing_reason"):
         raise RecordError('"timing" is null but "timing_reason" does not say why')
     counters = rec.get("counters")
@@ -86,8 +164,18 @@ def validate_record(rec: object) -> None:
         raise RecordError('"counters" must be an object or null')
     if counters is None and not rec.get("counters_reason"):
         raise RecordError('"counters" is null but "counters_reason" does not say why')
-    if not isinstance(rec.get("correctness"), dict):
+    if counters is not None:
+        for key in COUNTER_KEYS:
+            _number(counters.get(key), f"counters.{key}", optional=True)
+        _objects(counters.get("kernels"), "counters.kernels", KERNEL_COUNTER_KEYS)
+    _objects(rec.get("kernel_facts"), "kernel_facts", FACT_KEYS)
+    correctness = rec.get("correctness")
+    if not isinstance(correctness, dict):
         raise RecordError('"correctness" must be an object')
+    _number(correctness.get("max_abs_error"), "correctness.max_abs_error", optional=True)
+    found = _non_finite(rec, "")
+    if found:
+        raise RecordError(f'"{found[0]}" must be a finite number, got {found[1]!r}')
 
 
 def parse_lines(lines, path: str = "<records>") -> tuple[list[dict], list[LineError]]:
@@ -171,11 +259,13 @@ def _write_text(path: Path, text: str) -> None:
             os.unlink(tmp)
 
 
-def update_run(path: str | Path, run_id: str, update) -> int:
+def update_run(path: str | Path, run_id: str, update, on_invalid=None) -> int:
     """Rewrite ``path`` atomically with ``update(rec)`` applied to the records of ``run_id``.
 
     Lines of other runs (malformed ones included) are kept byte for byte. Returns how many
-    records were updated.
+    records were updated. An updated record that is not valid raises ``RecordError``, or,
+    with ``on_invalid``, keeps its line as it was and is passed to ``on_invalid(rec,
+    error)`` (a device run must not lose every record's counters to one bad value).
     """
     path = Path(path)
     lines, n = path.read_text(encoding="utf-8").splitlines(), 0
@@ -187,7 +277,14 @@ def update_run(path: str | Path, run_id: str, update) -> int:
             rec = None
         if isinstance(rec, dict) and rec.get("run_id") == run_id:
             rec = update(rec)
-            validate_record(rec)
+            try:
+                validate_record(rec)
+            except RecordError as exc:
+                if on_invalid is None:
+                    raise
+                on_invalid(rec, exc)
+                out.append(line)
+                continue
             line, n = _dumps(rec), n + 1
         out.append(line)
     _write_text(path, "".join(line + "\n" for line in out))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
-from validation.records import SCHEMA, append_record
+from validation.records import SCHEMA, RecordError, append_record
 
 FATAL_CUDA = ("illegal memory access", "unspecified launch failure", "device-side assert",
               "misaligned address", "CUDA error: an illegal instruction")
@@ -108,6 +108,19 @@ def measure(rec: dict, problem: AttentionProblem, make_call: Callable[[], Callab
     rec["timing"], rec["timing_reason"] = timing, None
 
 
+def _append(out_path, rec: dict, log: Callable[[str], None]) -> None:
+    """Append ``rec``; one that is not a valid record (a value the checks on read would
+    refuse) is written, as measured, into the log instead (which a device call returns;
+    a further file might not come back, the tool returns eight): a measurement on the GPU
+    is too dear to lose to a check, and the run goes on."""
+    import json
+
+    try:
+        append_record(out_path, rec)
+    except RecordError as exc:
+        log(f"invalid record ({exc}), as measured: {json.dumps(rec, default=str)}")
+
+
 def shapes_in_order(plan: dict) -> list[tuple[str, list[dict], list[dict]]]:
     """(shape id, its configs, its peers), in plan order."""
     order: dict[str, tuple[list, list]] = {}
@@ -153,7 +166,7 @@ def _run_shape(plan, env, run_id, out_path, cfgs, peers, deadline, device, bench
                 rec["correctness"] = {"ok": False, "reason": f"not run: {why}"}
                 rec["timing_reason"] = f"not run: {why}"
                 rec["counters_reason"] = "peer: only the Triton kernels are profiled"
-                append_record(out_path, rec)
+                _append(out_path, rec, log)
                 result["failed"][item["id"]] = rec["timing_reason"]
                 continue
 
@@ -164,7 +177,7 @@ def _run_shape(plan, env, run_id, out_path, cfgs, peers, deadline, device, bench
             measure(rec, problem, make, refs, bench_fn, warmup_ms, rep_ms, device)
         except Exception as exc:
             stop = f"CUDA context lost at {item['id']}: {_error_text(exc)}"
-        append_record(out_path, rec)
+        _append(out_path, rec, log)
         if rec["timing"] is not None:
             result["measured"].append(item["id"])
             log(f"timing: {item['id']}: {rec['timing']['median_s'] * 1e3:.3f} ms, "

@@ -16,8 +16,8 @@ def pct_errors(predicted: Sequence[float], measured: Sequence[float]) -> list[fl
         raise ValueError("predicted and measured must have the same length")
     out = []
     for p, m in zip(predicted, measured, strict=True):
-        if m <= 0:
-            raise ValueError(f"measurements must be > 0, got {m}")
+        if not (m > 0 and math.isfinite(m)):  # NaN fails the first test, not ``m <= 0``
+            raise ValueError(f"measurements must be finite and > 0, got {m}")
         out.append(100.0 * (p - m) / m)
     return out
 

@@ -27,7 +27,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import check_output_paths, print_json, write_atomically
+    from simulator.cli.common import (
+        check_counts,
+        check_output_paths,
+        print_json,
+        write_atomically,
+    )
     from simulator.hardware import PRESET_DIR, load_hardware
     from traces.problem import ProblemError
     from validation import predict
@@ -36,6 +41,9 @@ def run(args) -> int:
 
     if not 0 < args.holdout < 1:
         raise ProblemError(f'"--holdout" must be in (0, 1), got {args.holdout}')
+    check_counts(("--max-evals", args.max_evals), ("--jobs", args.jobs),
+                 ("--max-train-records", args.max_train_records),
+                 ("--train-max-seq", args.train_max_seq))
     out = Path(args.out)
     if out.suffix != ".toml":
         raise ProblemError(f"--out must be a .toml file, got {out}")
@@ -57,10 +65,11 @@ def run(args) -> int:
     if args.json:
         print_json(report)
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from simulator.cli.common import output_console
+
+    console = output_console()
     t = Table(title=f"calibrated {report['base']} -> {out}", title_justify="left")
     for col in ("parameter", "base", "fitted", ""):
         t.add_column(col, justify="left" if col in ("parameter", "") else "right")

@@ -7,6 +7,7 @@ and exit code 2.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -69,12 +70,12 @@ def _require_gpu() -> None:
 
 
 def _print_dry_run(plan: dict, est: dict, budget_s: float) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from simulator.cli.common import output_console
     from validation import predict
 
-    console = Console()
+    console = output_console()
     tilings = Table(title=f"matrix '{plan['name']}': tilings chosen by {plan['selected_by']} "
                           f"({plan['rating']}), plan {plan['sha256']}", title_justify="left")
     for col in ("group", "N", "tilings (best rated first)"):
@@ -123,9 +124,16 @@ def _print_dry_run(plan: dict, est: dict, budget_s: float) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import print_json
+    from simulator.cli.common import check_counts, print_json
     from validation.estimate import estimate
 
+    for flag, value, zero_ok in (("--budget-s", args.budget_s, False),
+                                 ("--warmup-ms", args.warmup_ms, True),
+                                 ("--rep-ms", args.rep_ms, False)):
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise ProblemError(f'"{flag}" must be a finite number {">=" if zero_ok else ">"} '
+                               f"0, got {value}.")
+    check_counts(("--workers", args.workers))
     if not args.dry_run:
         if not args.out:
             raise ProblemError("--out records.jsonl is required (or use --dry-run)")
