@@ -86,7 +86,9 @@ class Hardware:
                 missing = [d for d in TENSOR_DTYPES if d not in value]
                 if missing:
                     raise HardwareError(
-                        f'hardware "{self.name}": tensor_flops_per_s lacks {", ".join(missing)}.'
+                        f'hardware "{self.name}": tensor_flops_per_s lacks {", ".join(missing)} '
+                        f"(every dtype of {', '.join(TENSOR_DTYPES)} needs a rate; a GPU "
+                        "without FP8 tensor cores gives its FP16 rate, as the A100 presets do)."
                     )
                 for dtype, rate in value.items():
                     if not _finite(rate) or rate <= 0:

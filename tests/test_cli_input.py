@@ -30,6 +30,10 @@ BAD = {
                          "--block-n", "64", "--split-kv", "3"], "exceeds"),
     "seq not a number": (["count", "--seq", "abc"], "invalid int"),
     "unknown dtype": (["count", "--dtype", "fp64"], "invalid choice"),
+    "sweep top negative": (["sweep", "--top", "-3"], '"--top" must be >= 1'),
+    "sweep no workers": (["sweep", "--jobs", "0"], '"--jobs" must be >= 1'),
+    "sweep fa1 backward": (["sweep", "--schedule", "fa1", "--pass", "bwd"],
+                           'error: schedule "fa1" has a forward pass only'),
 }
 
 
@@ -90,6 +94,8 @@ OUTPUT_PATHS = {
     "trace --out": ["trace", "--seq", "256", "--heads", "1", "--out", "/nonexistent/t.parquet"],
     "reconcile --save": ["reconcile", "RECORDS", "--save", "/nonexistent/r.json"],
     "reconcile --plot": ["reconcile", "RECORDS", "--plot", "/nonexistent/r.png"],
+    "roofline --plot": ["roofline", "--seq", "256", "--heads", "1", "--plot",
+                        "/nonexistent/r.png"],
     "calibrate --out": ["calibrate", "RECORDS", "--hardware", "h200-sxm", "--out",
                         "/nonexistent/c.toml"],
 }
@@ -121,3 +127,24 @@ def test_an_unwritable_output_fails_before_the_work(case, tmp_path, capsys, monk
     assert err.count("\n") == 1
     assert err.startswith("tilesim: error: cannot write /nonexistent/")
     assert "does not exist" in err
+    # A plot path whose suffix names no image format is refused as early.
+    if "--plot" in argv:
+        argv[argv.index("--plot") + 1] = str(tmp_path / "plot.txt")
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "must end in .png or .svg" in err
+        assert not (tmp_path / "plot.txt").exists()
+
+
+def test_written_files_follow_the_umask(tmp_path, capsys):
+    """Atomic writes go through a private temporary file; the file they leave has the
+    permissions a plain ``open()`` would give it (0o644 under umask 022), not 0o600."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert main(["trace", "--seq", "256", "--heads", "1", "--head-dim", "64",
+                     "--out", str(tmp_path / "t.parquet")]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.parquet").stat().st_mode & 0o777 == 0o644

@@ -73,6 +73,7 @@ def test_plot_writes_png_and_tables_print(argv, tmp_path, capsys):
     assert code == 0, err
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG
     assert out.strip()  # the rich table went to stdout
+    assert "…" not in out  # piped, the table is not squeezed into 80 columns and cut
 
 
 def test_text_output_says_what_it_measures(capsys):

@@ -89,3 +89,21 @@ def test_plot_png(tmp_path):
     path = tmp_path / "ledger.png"
     plot(ledger(64, 16, 0), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_long_ledger_table_shows_where_the_max_moves():
+    """Thousands of tiles: the table keeps the first and last tiles, the spike and every
+    rescale, and says how many tiles each gap hides; short ledgers show every tile."""
+    from simulator.explain.ledger import MAX_ROWS, shown_tiles
+
+    result = ledger(seq=20000, tile=16, seed=1)
+    rows = shown_tiles(result)
+    index = [r["tile"] for r in rows]
+    assert len(rows) <= MAX_ROWS < len(result["tiles"])
+    assert index == sorted(index) and index[0] == 0 and index[-1] == len(result["tiles"]) - 1
+    assert result["spike"]["tile"] in index
+    moved = [r["tile"] for r in result["tiles"] if r["rescale"] is not None
+             and r["rescale"] < 1.0]
+    assert set(moved) <= set(index)
+    short = ledger(seq=64, tile=16, seed=1)
+    assert shown_tiles(short) == short["tiles"]

@@ -207,6 +207,14 @@ def test_list_mentions_all_presets(argv, capsys):
     assert "989" in out  # H100 bf16 dense TFLOPS
 
 
+def test_list_json_has_every_preset_as_loaded(capsys):
+    rc, out, _ = run_cli(capsys, ["hardware", "list", "--json"])
+    assert rc == 0
+    presets = json.loads(out)["presets"]
+    assert [p["name"] for p in presets] == sorted(PRESETS)
+    assert presets == [load_hardware(name).to_dict() for name in sorted(PRESETS)]
+
+
 def test_show_json_round_trips(preset, capsys):
     rc, out, _ = run_cli(capsys, ["hardware", "show", preset, "--json"])
     assert rc == 0

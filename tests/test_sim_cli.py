@@ -80,6 +80,18 @@ def test_refused_tiling_exits_2_while_count_answers(capsys):
     assert json.loads(capsys.readouterr().out)["legal"] is False
 
 
+@pytest.mark.parametrize("setting, words", [
+    ("max_threads_per_sm=64", ("threads", "at most 64")),
+    ("registers_per_sm=4096", ("registers", "the SM has 4096")),
+])
+def test_refused_residency_names_the_limit_that_refuses(capsys, setting, words):
+    """A CTA with too many threads is refused for its threads, not its registers."""
+    assert main(["simulate", *SMALL, "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err
+    assert all(w in err for w in words)
+
+
 def _check_trace(trace: dict) -> dict:
     slices = defaultdict(list)
     counters = set()

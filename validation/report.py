@@ -139,7 +139,7 @@ def plot(report: dict, path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simulator.cli.common import write_atomically
+    from simulator.explain.common import save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     panels = ((axes[0], ("time",), "time (s)"), (axes[1], ("dram", "l2"), "bytes"))
@@ -172,6 +172,5 @@ def plot(report: dict, path: str | Path) -> None:
     title = f"tilesim ({report['model']}) vs {', '.join(report['hardware']) or 'GPU'}"
     fig.suptitle(title + (" — SYNTHETIC records" if report["synthetic"] else ""))
     fig.tight_layout()
-    fmt = Path(path).suffix.lstrip(".") or "png"
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
+    save_figure(fig, path)
     plt.close(fig)

@@ -25,19 +25,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from simulator.cli.common import print_json
     from simulator.explain import bill
-    from simulator.explain.common import parse_int, parse_int_list, plot_format
+    from simulator.explain.common import check_plot_path, parse_int, parse_int_list
 
     seqs = parse_int_list(args.seq, "seq")
     head_dim = parse_int(args.head_dim, "head_dim")
-    if args.plot:
-        plot_format(args.plot)
+    check_plot_path(args.plot)
     result = bill.bill(seqs, head_dim=head_dim, dtype=args.dtype)
     if args.plot:
         bill.plot(result, args.plot)
     if args.json:
         print_json(result)
     else:
-        from rich.console import Console
+        from simulator.cli.common import output_console
 
-        Console().print(bill.render(result))
+        output_console().print(bill.render(result))
     return 0

@@ -30,7 +30,10 @@ def add_set_arg(parser: argparse.ArgumentParser) -> None:
         "--set", dest="hardware_set", action="append", default=[], metavar="FIELD=VALUE",
         help="what if: replace one number of the hardware, e.g. --set "
         "hbm_bandwidth_bytes_per_s=8e12 or --set tensor_flops_per_s.bf16=2e15 (repeatable; "
-        "fields as `tilesim hardware show --json` names them)",
+        "fields as `tilesim hardware show --json` names them). Compute rates are the "
+        "chip's, divided over its SMs: --set sm_count alone spreads the same rates over "
+        "more SMs; to add SMs, scale tensor_flops_per_s, exp_ops_per_s and "
+        "fp32_flops_per_s with it",
     )
 
 
@@ -84,6 +87,13 @@ def tiling_from_args(args: argparse.Namespace) -> Tiling:
     return Tiling(**{k: v for k, v in given.items() if v is not None})
 
 
+def check_counts(*flags: tuple[str, int | None]) -> None:
+    """``ProblemError`` (one line) for the first ``(flag, value)`` below 1 (None: not given)."""
+    for flag, value in flags:
+        if value is not None and value < 1:
+            raise ProblemError(f'"{flag}" must be >= 1, got {value}.')
+
+
 def check_output_paths(*paths: str | Path | None) -> None:
     """``ProblemError`` (one line) unless each given path's directory exists and is writable.
 
@@ -93,12 +103,24 @@ def check_output_paths(*paths: str | Path | None) -> None:
     for path in paths:
         if path is None:
             continue
+        if not str(path):
+            raise ProblemError("an output path is empty: give the name of the file to write")
         path = Path(path)
+        if path.is_dir():
+            raise ProblemError(f"cannot write {path}: it is a directory; give the name of "
+                               "the file to write")
         directory = path.parent if str(path.parent) else Path(".")
         if not directory.is_dir():
             raise ProblemError(f"cannot write {path}: directory {directory} does not exist")
         if not os.access(directory, os.W_OK):
             raise ProblemError(f"cannot write {path}: directory {directory} is not writable")
+
+
+def new_file_mode() -> int:
+    """The permissions ``open()`` would give a new file: 0o666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
@@ -116,6 +138,7 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        os.chmod(tmp_path, new_file_mode())  # mkstemp makes it private to its owner
         write(tmp_path)
         os.replace(tmp_path, path)
     except OSError as exc:
@@ -123,6 +146,17 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def output_console(width: int = 140):
+    """A rich console on stdout. Off a terminal (piped, captured) rich would squeeze tables
+    into 80 columns and cut their cells short; there it is at least ``width`` wide."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, width))
+    return console
 
 
 def print_json(obj: dict) -> None:

@@ -23,9 +23,9 @@ def add_parser(sub) -> None:
 
 
 def render(preds: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from simulator.cli.common import output_console
     from simulator.cli.render import fmt_bytes, fmt_count, fmt_time
 
     naive, fa2 = preds["naive"], preds["fa2"]
@@ -57,7 +57,7 @@ def render(preds: dict) -> None:
               for p in (naive, fa2)]
     table.add_row("TFLOP/s (paper convention)",
                   *(f"{t:,.0f}" if t is not None else "-" for t in tflops), "")
-    console = Console()
+    console = output_console()
     console.print(table)
     for name in preds:
         if "note" in preds[name]:

@@ -8,7 +8,6 @@ returns them, so that scripts get exactly what the model uses.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from simulator.hardware import Hardware, load_hardware, preset_names
 
@@ -25,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(dest="hardware_action", metavar="ACTION",
                                     parser_class=type(parser))
-    actions.add_parser("list", help="table of the shipped presets (default)")
+    listing = actions.add_parser("list", help="table of the shipped presets (default)")
+    listing.add_argument("--json", action="store_true",
+                         help="print every preset's fields as JSON (SI units)")
     show = actions.add_parser("show", help="all fields of one preset or TOML file")
     show.add_argument("name", metavar="NAME_OR_PATH", help="preset name or path to a .toml file")
     show.add_argument("--json", action="store_true", help="print the fields as JSON (SI units)")
@@ -46,15 +47,20 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_show(hw)
         return 0
-    _print_list([load_hardware(name) for name in preset_names()])
+    presets = [load_hardware(name) for name in preset_names()]
+    if getattr(args, "json", False):
+        from simulator.cli.common import print_json
+
+        print_json({"presets": [hw.to_dict() for hw in presets]})
+        return 0
+    _print_list(presets)
     return 0
 
 
 def _console():
-    from rich.console import Console
+    from simulator.cli.common import output_console
 
-    # Piped output has no terminal width; rich would then wrap at 80 columns.
-    return Console() if sys.stdout.isatty() else Console(width=120)
+    return output_console(width=120)
 
 
 def _print_list(presets: list[Hardware]) -> None:

@@ -137,8 +137,9 @@ def _mma_kind(r) -> str:
 
 
 def _print_table(records, args: argparse.Namespace) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simulator.cli.common import output_console
 
     title = (f"Triton kernels, {args.dtype}, head_dim {args.head_dim}"
              f"{', causal' if args.causal else ''}: resources per CTA")
@@ -162,7 +163,7 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
-    Console(width=None if sys.stdout.isatty() else 170).print(table)
+    output_console(width=170).print(table)
 
 
 def _operand_limit(dtype: str) -> float:

@@ -23,19 +23,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from simulator.cli.common import print_json
     from simulator.explain import ledger
-    from simulator.explain.common import parse_int, parse_seed, plot_format
+    from simulator.explain.common import check_plot_path, parse_int, parse_seed
 
     seq, tile = parse_int(args.seq, "seq"), parse_int(args.tile, "tile")
     seed = parse_seed(args.seed)
-    if args.plot:
-        plot_format(args.plot)
+    check_plot_path(args.plot)
     result = ledger.ledger(seq=seq, tile=tile, seed=seed)
     if args.plot:
         ledger.plot(result, args.plot)
     if args.json:
         print_json(result)
     else:
-        from rich.console import Console
+        from simulator.cli.common import output_console
 
-        Console().print(ledger.render(result))
+        output_console().print(ledger.render(result))
     return 0

@@ -26,18 +26,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.cli.common import print_json
-    from simulator.explain.common import parse_int, parse_int_list, parse_seed, plot_format
+    from simulator.explain.common import check_plot_path, parse_int, parse_int_list, parse_seed
 
     seqs = parse_int_list(args.seq, "seq")
     head_dim = parse_int(args.head_dim, "head_dim")
     tile = parse_int(args.tile, "tile")
     repeats = parse_int(args.repeats, "repeats")
     seed = parse_seed(args.seed)
-    if args.plot:
-        plot_format(args.plot)
+    check_plot_path(args.plot)
 
     from rich.console import Console
 
+    from simulator.cli.common import output_console
     from simulator.explain import race  # numba: imported only once the input is known good
 
     with Console(stderr=True).status("racing ...") as status:
@@ -50,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        Console().print(race.render(result))
+        output_console().print(race.render(result))
     return 0

@@ -11,7 +11,8 @@ def add_parser(sub) -> None:
     p.add_argument("records", nargs="+", help="records files (JSON Lines, tilesim.record/1)")
     p.add_argument("--hardware", default=None,
                    help="preset or .toml for every record (default: from each record's GPU)")
-    p.add_argument("--plot", default=None, help="write predicted-vs-measured scatter (.png)")
+    p.add_argument("--plot", default=None,
+                   help="write predicted-vs-measured scatter (.png or .svg)")
     p.add_argument("--summary-only", action="store_true", help="no per-config table")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--save", default=None, metavar="PATH",
@@ -24,20 +25,26 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import check_output_paths, print_json, write_atomically
+    from simulator.cli.common import (
+        check_counts,
+        check_output_paths,
+        print_json,
+        write_atomically,
+    )
+    from simulator.explain.common import check_plot_path
     from traces.problem import ProblemError
     from validation import report as rp
     from validation.reconcile import reconcile
     from validation.records import read_many
 
-    check_output_paths(args.plot, args.save)
+    check_counts(("--jobs", args.jobs))  # before any file is read or checked
+    check_plot_path(args.plot)
+    check_output_paths(args.save)
     records, errors = read_many(args.records)
     for err in errors:
         sys.stderr.write(f"tilesim: warning: skipped {err}\n")
     if not records:
         raise ProblemError("no valid records in " + ", ".join(args.records))
-    if args.jobs < 1:
-        raise ProblemError(f'"--jobs" must be >= 1, got {args.jobs}.')
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs)
     report["skipped_lines"] = [str(e) for e in errors]
     if args.plot:
@@ -48,9 +55,9 @@ def run(args) -> int:
     if args.json:
         print_json(report)
         return 0
-    from rich.console import Console
+    from simulator.cli.common import output_console
 
-    console = Console()
+    console = output_console()
     for table in rp.tables(report, per_config=not args.summary_only):
         console.print(table)
     for line in rp.target_lines(report):

@@ -116,10 +116,8 @@ def _tiling_line(t: dict) -> str:
 
 
 def print_tables(tables: list) -> None:
-    from rich.console import Console
+    from simulator.cli.common import output_console
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(width=max(console.width, 140))
+    console = output_console()
     for table in tables:
         console.print(table)

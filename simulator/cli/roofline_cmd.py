@@ -32,10 +32,9 @@ def run(args: argparse.Namespace) -> int:
         tiling_from_args,
     )
     from simulator.explain import roofline
-    from simulator.explain.common import plot_format
+    from simulator.explain.common import check_plot_path
 
-    if args.plot:
-        plot_format(args.plot)
+    check_plot_path(args.plot)
     hw = hardware_from_args(args)
     result = roofline.roofline(problem_from_args(args), tiling_from_args(args), hw)
     if args.plot:

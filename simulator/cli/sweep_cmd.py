@@ -22,11 +22,12 @@ import sys
 from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
-    check_output_paths,
+    check_counts,
     hardware_from_args,
     print_json,
     problem_from_args,
 )
+from simulator.explain.common import check_plot_path
 from traces.problem import ProblemError
 
 BLOCKS = (16, 32, 64, 128, 256)
@@ -59,9 +60,11 @@ def add_parser(sub) -> None:
     g.add_argument("--split-kv", type=_int_list, default=None,
                    help="decode only (default: powers of two up to the K/V block count)")
     p.add_argument("--json", action="store_true", help="print every result as JSON")
-    p.add_argument("--plot", metavar="PATH", help="heatmap of the best time per block shape")
+    p.add_argument("--plot", metavar="PATH",
+                   help="heatmap of the best time per block shape (.png or .svg)")
     p.add_argument("--top", type=int, default=20, help="rows of the ranked table (default 20)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes (default and at most: the cores)")
     p.add_argument("--mode", choices=("auto", "full", "aggregated"), default="auto")
     p.set_defaults(func=run)
 
@@ -88,12 +91,13 @@ def candidate_tilings(args, problem) -> list:
 
 def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
     """The tilings that run, and why the others do not (reason -> count). If none runs
-    because the tensors outgrow device memory, raises that error (it names the sizes)."""
+    for one reason that is not the tiling's (the tensors outgrow device memory, the schedule
+    has no such pass), raises that error alone."""
     from simulator.device_memory import DeviceMemoryError, check_device_memory
     from simulator.sim import check_fits
     from traces.schedules import build_schedule
 
-    legal, refused, too_large = [], {}, None
+    legal, refused, too_large, problem_errors = [], {}, None, set()
     for tiling in tilings:
         try:
             check_device_memory(problem, tiling, schedule, hw)
@@ -105,10 +109,14 @@ def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
         except ProblemError as exc:
             reason = _reason(str(exc))
             refused[reason] = refused.get(reason, 0) + 1
+            if reason == str(exc):  # not a kind of tiling's refusal: the problem's own
+                problem_errors.add(reason)
             continue
         legal.append(tiling)
     if not legal and list(refused) == [MEMORY_REASON]:
         raise too_large
+    if not legal and len(refused) == 1 and next(iter(refused)) in problem_errors:
+        raise ProblemError(next(iter(refused)))  # the same message for every tiling
     return legal, refused
 
 
@@ -213,9 +221,9 @@ def _progress(total: int):
 
 
 def run(args) -> int:
-
+    check_counts(("--jobs", args.jobs), ("--top", args.top))
     hw = hardware_from_args(args)
-    check_output_paths(args.plot)
+    check_plot_path(args.plot)
     problem = problem_from_args(args)
     tilings = candidate_tilings(args, problem)
     legal, refused = legal_tilings(problem, args.schedule, hw, tilings)
@@ -223,7 +231,10 @@ def run(args) -> int:
         reasons = "; ".join(f"{n} {r}" for r, n in refused.items())
         raise ProblemError(f"no legal tiling among the {len(tilings)} candidates ({reasons})")
     mode = sweep_mode(problem, args.schedule, legal, args.mode)
-    jobs = args.jobs or os.cpu_count() or 1
+    # Each simulation keeps one core busy: workers beyond the cores or the tilings only
+    # cost their start.
+    cores = os.cpu_count() or 1
+    jobs = min(args.jobs or cores, cores, len(legal))
     results = run_sweep(problem, args.schedule, hw, legal, mode, jobs,
                         progress=sys.stderr.isatty() or not args.json)
     if args.plot:
@@ -285,7 +296,7 @@ def write_heatmap(results: list[dict], path: str, decode: bool = False) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from simulator.cli.common import write_atomically
+    from simulator.explain.common import save_figure
 
     rows_key = "split_kv" if decode else "block_m"
     ok = [r for r in results if "error" not in r]
@@ -319,5 +330,5 @@ def write_heatmap(results: list[dict], path: str, decode: bool = False) -> None:
                  f"stages={best['num_stages']} warps={best['num_warps']} "
                  f"({ok[0]['time_s'] * 1e6:.4g} µs)")
     fig.tight_layout()
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    save_figure(fig, path)
     plt.close(fig)

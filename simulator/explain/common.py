@@ -69,6 +69,16 @@ def plot_format(path: str | Path) -> str:
     return PLOT_FORMATS[suffix]
 
 
+def check_plot_path(path: str | Path | None) -> None:
+    """Before any work is done: ``path`` (if given) ends in .png or .svg and its directory
+    is writable, so that a mistyped plot path fails at once instead of after the work."""
+    from simulator.cli.common import check_output_paths
+
+    if path is not None:
+        plot_format(path)
+        check_output_paths(path)
+
+
 def new_figure(width_in: float, height_in: float) -> Figure:
     """A figure on the Agg canvas, without pyplot (no global backend state is touched)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

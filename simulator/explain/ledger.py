@@ -155,6 +155,24 @@ def ledger(seq: int = 64, tile: int = 16, seed: int = 0) -> dict:
     }
 
 
+MAX_ROWS = 48  # a longer ledger shows the tiles where something happens
+
+
+def shown_tiles(result: dict) -> list[dict]:
+    """The ledger rows a table shows: all of them up to ``MAX_ROWS``; beyond, the first and
+    last tiles, the spike's and those that moved the running max (the rescales)."""
+    tiles = result["tiles"]
+    if len(tiles) <= MAX_ROWS:
+        return tiles
+    ends = MAX_ROWS // 4
+    keep = set(range(ends)) | set(range(len(tiles) - ends, len(tiles)))
+    keep.add(result["spike"]["tile"])
+    moved = [i for i, row in enumerate(tiles) if row["rescale"] is not None
+             and row["rescale"] < 1.0 and i not in keep]
+    keep.update(moved[: MAX_ROWS - len(keep)])
+    return [tiles[i] for i in sorted(keep)]
+
+
 def render(result: dict) -> Group:
     """The per-tile ledger, the summary against the full softmax, and what it means."""
     ledger_table = Table(
@@ -164,7 +182,9 @@ def render(result: dict) -> Group:
     for name in ("tile", "columns", "tile max", "m_old → m_new", "rescale exp(m_old−m_new)",
                  "running sum l", "running o", "no-rescale l", "no-rescale o"):
         ledger_table.add_column(name, justify="right")
-    for row in result["tiles"]:
+    rows = shown_tiles(result)
+    for row, hidden in zip(rows, [*(b["tile"] - a["tile"] - 1 for a, b in
+                                    zip(rows, rows[1:], strict=False)), 0], strict=True):
         moved = row["rescale"] is not None and row["rescale"] < 1.0
         ledger_table.add_row(
             str(row["tile"]), f"{row['start']}..{row['stop'] - 1}", f"{row['tile_max']:.4f}",
@@ -175,6 +195,12 @@ def render(result: dict) -> Group:
             style="bold yellow" if row["tile"] == result["spike"]["tile"] else
             ("yellow" if moved else None),
         )
+        if hidden:
+            ledger_table.add_row("…", f"{hidden} tiles", *[""] * 7, style="dim")
+    if len(rows) < len(result["tiles"]):
+        ledger_table.caption = (f"{len(rows)} of {len(result['tiles'])} tiles shown: the "
+                                "first and last, and every tile that moved the running max; "
+                                "--json has them all")
 
     full, online, nr, agree = (result[k] for k in ("full", "online", "no_rescale", "agreement"))
     summary = Table(title="Against the full softmax (float64)")

@@ -218,12 +218,9 @@ def render(result: dict) -> Group:
 
 def print_render(result: dict) -> None:
     """Print ``render(result)``; off a terminal, wide enough that the table does not wrap."""
-    from rich.console import Console
+    from simulator.cli.common import output_console
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 140))
-    console.print(render(result))
+    output_console().print(render(result))
 
 
 COLORS = {"naive": "#c0392b", "fa2": "#1f6fb2"}

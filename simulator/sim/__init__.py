@@ -68,6 +68,12 @@ def check_fits(schedule, hw: Hardware) -> None:
                 f"{kernel.sram_bytes / 1024:.1f} KiB of shared memory per CTA, the GPU allows "
                 f"{hw.smem_per_cta_max_bytes / 1024:.1f} KiB (try smaller blocks or fewer stages)"
             )
+        if t.threads > hw.max_threads_per_sm:
+            raise ProblemError(
+                f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA has "
+                f"{t.threads} threads (the SM runs at most {hw.max_threads_per_sm}); use "
+                f"fewer warps"
+            )
         raise ProblemError(
             f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA needs "
             f"{res.registers_per_thread} registers x {t.threads} threads "
