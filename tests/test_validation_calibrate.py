@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 from synthetic_records import additive_model, record
@@ -19,6 +20,11 @@ from validation.records import group_key, shape_key, write_records
 TRUE = {"hbm_efficiency": 0.7, "l2_efficiency": 0.6, "tensor_efficiency": 0.5,
         "kernel_launch_overhead_s": 5e-6}
 EXP_SCALE = 0.8
+# Evaluations the fits below may take. The additive stand-in is ill-conditioned (its terms
+# are nearly collinear over these shapes) and least squares takes about 1,600 evaluations,
+# each cheap; the simulator's bounds separate its parameters (benchmarks/
+# calibrate_recovery.py: 93 evaluations of 45 configs).
+FULL_FIT = 3000
 
 
 def true_hardware():
@@ -72,7 +78,7 @@ def test_fit_recovers_known_parameters_and_never_fits_held_out():
             seen_held.append(hw)
         return additive_model(problem, tiling, schedule, hw)
 
-    report = fit(recs, base, spy, holdout_fraction=0.25, seed=0)
+    report = fit(recs, base, spy, holdout_fraction=0.25, seed=0, max_evals=FULL_FIT)
     fitted = {p["field"]: p["fitted"] for p in report["params"]}
     for field, value in TRUE.items():
         assert fitted[field] == pytest.approx(value, rel=1e-3), field
@@ -101,7 +107,8 @@ def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, cap
     monkeypatch.setattr(predict_mod, "predict", additive_model)
     monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
     out = tmp_path / "h200-calibrated.toml"
-    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out)]) == 0
+    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
+                     "--max-evals", str(FULL_FIT)]) == 0
     assert "held-out" in capsys.readouterr().out
     hw = load_hardware(out)
     assert hw.name == "h200-calibrated"
@@ -122,7 +129,7 @@ def test_subsample_is_balanced_and_parallel_fit_agrees():
     assert {group_key(r) for r in few} == {"fa2 fwd", "naive fwd", "decode fwd"}
     assert subsample(recs, None) is recs
     base = load_hardware("h200-sxm")
-    report = fit(recs, base, additive_model, jobs=2, max_train_records=24)
+    report = fit(recs, base, additive_model, jobs=2, max_train_records=24, max_evals=FULL_FIT)
     assert report["n_train"] == 24
     fitted = {p["field"]: p["fitted"] for p in report["params"]}
     assert fitted["hbm_efficiency"] == pytest.approx(TRUE["hbm_efficiency"], rel=1e-3)
@@ -139,7 +146,7 @@ def test_train_max_seq_fits_short_shapes_and_holds_out_every_length():
         simulated.append(max(problem.seq_q, problem.seq_kv))
         return additive_model(problem, tiling, schedule, hw)
 
-    report = fit(recs, base, spy, train_max_seq=1024)
+    report = fit(recs, base, spy, train_max_seq=1024, max_evals=FULL_FIT)
     assert report["train_max_seq"] == 1024
     lengths = {shape_key(r): max(r["problem"]["seq_q"], r["problem"]["seq_kv"]) for r in recs}
     assert report["train_shapes"] and all(lengths[s] <= 1024 for s in report["train_shapes"])
@@ -160,6 +167,35 @@ def test_train_max_seq_fits_short_shapes_and_holds_out_every_length():
     assert fitted["hbm_efficiency"] == pytest.approx(TRUE["hbm_efficiency"], rel=1e-3)
     with pytest.raises(ProblemError, match="train-max-seq"):
         fit(recs, base, additive_model, train_max_seq=16)
+
+
+def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
+    """--max-evals caps the simulations of the training records, the finite-difference
+    Jacobian's included (least_squares' own count leaves those out: a cap of 200 let the
+    fit run about 1,400); a fit stopped by it keeps the best point it evaluated."""
+    recs = synthetic_records()
+    base = load_hardware("h200-sxm")
+    calls = []
+
+    def counting(problem, tiling, schedule, hw):
+        calls.append(hw)
+        return additive_model(problem, tiling, schedule, hw)
+
+    report = fit(recs, base, counting, max_evals=20)
+    n_train, n_held = report["n_train"], report["n_held_out"]
+    assert report["evaluations"] == 20 and not report["converged"]
+    assert "--max-evals" in report["message"]
+    # 20 evaluations of the fit, the base once for "before", held-out before and after
+    assert len(calls) == (20 + 1) * n_train + 2 * n_held
+    fitted = report["hardware"]
+    fitted_hws = calls[n_train:21 * n_train:n_train]
+    costs = [sum(math.log(additive_model(AttentionProblem.from_dict(r["problem"]),
+                                         Tiling.from_dict(r["tiling"]), r["schedule"],
+                                         hw)["time_s"] / r["timing"]["median_s"]) ** 2
+                 for r in recs if shape_key(r) in set(report["train_shapes"]))
+             for hw in fitted_hws]
+    assert fitted in fitted_hws and costs[fitted_hws.index(fitted)] == min(costs)
+    assert report["train"]["after"]["mape_pct"] < report["train"]["before"]["mape_pct"]
 
 
 def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):

@@ -14,7 +14,10 @@ def add_parser(sub) -> None:
     p.add_argument("--holdout", type=float, default=0.25,
                    help="fraction of shapes per schedule held out (default 0.25)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shape split")
-    p.add_argument("--max-evals", type=int, default=200, help="model evaluations at most")
+    p.add_argument("--max-evals", type=int, default=200,
+                   help="simulations of the training records at most, the finite-difference "
+                        "Jacobian's included (default 200); stopped there, the fit keeps the "
+                        "best point it evaluated")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes that simulate the training records (default 1)")
     p.add_argument("--max-train-records", type=int, default=None,
