@@ -70,6 +70,14 @@ def test_padding_is_reported_where_tiles_are_padded(capsys):
     assert "incl. padding" not in capsys.readouterr().out
 
 
+def test_a_head_dim_without_a_triton_twin_says_so(capsys):
+    assert main(["count", *SMALL, "--head-dim", "80"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "head_dim 80 is modelled as is" in out and "padded to 128" in out
+    assert main(["count", *SMALL, "--head-dim", "64"]) == 0
+    assert "modelled as is" not in capsys.readouterr().out
+
+
 def test_refused_tiling_exits_2_while_count_answers(capsys):
     argv = SMALL + ["--head-dim", "256", "--block-m", "256", "--block-n", "256",
                     "--stages", "4"]

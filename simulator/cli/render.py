@@ -92,6 +92,11 @@ def counts_tables(pred: dict) -> list:
         rows.append(("bound", str(pred.get("bound"))))
     for row in rows:
         summary.add_row(*row)
+    d = pred["problem"]["head_dim"]
+    if d & (d - 1):
+        kernels.caption = (f"head_dim {d} is modelled as is; the Triton kernels (kernels/) "
+                           f"take powers of two only, and would run it padded to "
+                           f"{1 << (d - 1).bit_length()}")
     return [kernels, tensors, summary]
 
 
