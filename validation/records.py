@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.cli.common import new_file_mode
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 from validation.ncu import METRICS
@@ -252,7 +253,7 @@ def _write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; records are for everyone to read
+        os.chmod(tmp, new_file_mode())  # mkstemp makes it private to its owner
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
