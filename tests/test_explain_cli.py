@@ -89,6 +89,7 @@ def test_text_output_says_what_it_measures(capsys):
     ["bill", "--seq", "512,,2048"],
     ["bill", "--head-dim", "4"],
     ["ledger", "--seq", "0"],
+    ["ledger", "--seq", "100000000", "--tile", "50000000"],
     ["ledger", "--seq", "abc"],
     ["ledger", "--seq", "64", "--tile", "128"],
     ["ledger", "--seed", "-3"],

@@ -265,3 +265,61 @@ def test_validate_dry_run_accepts_a_zero_warmup(monkeypatch, capsys):
                     "--budget-s", "1e9"], monkeypatch) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["estimate"]["assumptions"]["warmup_ms"] == 0.0 and out["budget_s"] == 1e9
+
+
+def _edit(plan: dict, what: str) -> object:
+    """One change to a frozen plan, as a hand edit or a corrupt file would make it."""
+    import copy
+
+    plan = copy.deepcopy(plan)
+    cfg = plan["configs"][0]
+    if what == "a list":
+        return [1, 2]
+    if what == "no configs":
+        del plan["configs"]
+    elif what == "null config":
+        plan["configs"][0] = None
+    elif what == "problem a list":
+        cfg["problem"] = []
+    elif what == "no tiling":
+        del cfg["tiling"]
+    elif what == "no notes":
+        del plan["notes"]
+    elif what == "seq_kv a string":
+        cfg["problem"]["seq_kv"] = "4096"
+    elif what == "head_dim 1000":
+        cfg["problem"]["head_dim"] = 1000
+    elif what == "unknown schedule":
+        cfg["schedule"] = "bogus"
+    elif what == "NaN estimate":
+        cfg["est_time_s"] = float("nan")
+    elif what == "negative estimate":
+        cfg["est_time_s"] = -1
+    elif what == "edited, hash kept":
+        cfg["tiling"]["num_stages"] = 3
+    return plan
+
+
+PLAN_EDITS = {
+    "a list": "is not a plan", "no configs": '"configs" is missing',
+    "null config": "configs[0] is not an object", "problem a list": "configs[0]",
+    "no tiling": "configs[0]", "no notes": '"notes" is missing',
+    "seq_kv a string": "seq_kv", "head_dim 1000": "head_dim",
+    "unknown schedule": "schedule 'bogus'", "NaN estimate": '"est_time_s" must be',
+    "negative estimate": '"est_time_s" must be', "edited, hash kept": "was edited",
+}
+
+
+@pytest.mark.parametrize("what", sorted(PLAN_EDITS))
+def test_a_malformed_or_edited_plan_is_one_line_before_any_work(what, tmp_path, monkeypatch,
+                                                                  capsys):
+    """A plan is checked when it is loaded: a dry run on a plan the real run would fail
+    on (on the GPU, where time is dearest) or run differently from its name is refused."""
+    from validation.matrix import load_plan
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_edit(load_plan("quick"), what)))
+    assert run_cli(["validate", "--matrix", str(path), "--dry-run"], monkeypatch) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("tilesim: error: ") and err.count("\n") == 1
+    assert PLAN_EDITS[what] in err

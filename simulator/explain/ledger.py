@@ -54,10 +54,19 @@ def demo_row(seq: int, tile: int, seed: int) -> tuple[np.ndarray, np.ndarray, in
     return scores, values, spike
 
 
+# The ledger keeps every column's score and three weights as Python numbers (its JSON
+# prints them): about 160 bytes a column, 160 MB and a few seconds at this length.
+MAX_SEQ = 1_000_000
+
+
 def _check_inputs(seq: int, tile: int, seed: int) -> None:
     check_positive(seq, "seq")
     check_positive(tile, "tile")
     check_seed(seed)
+    if seq > MAX_SEQ:
+        raise ProblemError(f'"seq" {seq} is too long for the ledger, which keeps every '
+                           f"column's weights: at most {MAX_SEQ:,} (one score row; the "
+                           "rescale works alike at any length).")
     if tile > seq:
         raise ProblemError(f'"tile" ({tile}) must not exceed "seq" ({seq}).')
     if tile == seq:
