@@ -298,3 +298,17 @@ def test_data_is_strict_json():
     clean = jsonable(raw)
     assert clean == {"a": 1.5, "b": [0, 1, 2], "c": [None, None, 2], "d": [7, None], "3": True}
     json.dumps(clean, allow_nan=False)
+
+
+def test_records_that_are_all_malformed_say_why(tmp_path, capsys):
+    """A timed record refused by the checks is reported with its reason, not as 'no
+    timed records' alone."""
+    rec = {**synthetic_record(0, "fa2", 128, 64, 9.0e-5, 3.0e7), "counters": None}
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli, "COMMANDS", ["report"])
+        code = cli.main(["report", "--out", str(tmp_path / "r.html"), "--records", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "1 lines skipped" in err and "counters_reason" in err

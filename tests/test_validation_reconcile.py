@@ -269,3 +269,27 @@ def test_per_kernel_rows_by_hand():
         console.print(table)
     text = console.export_text()
     assert "per kernel" in text and "naive_softmax" in text and "100.0%" in text
+
+
+def test_fallback_hardware_serves_only_the_records_without_a_preset():
+    """`report --records --hardware X`: a record from a GPU without a preset is predicted
+    on X, and only it; the others stay on their own GPU's preset (one unknown GPU moved
+    every record onto X)."""
+    problem, tiling = AttentionProblem(1, 2, 256, 64), Tiling(64, 32)
+    h100 = record("fa2", problem, tiling, 1e-4, env={"gpu_name": "NVIDIA H100 80GB HBM3"})
+    other = dict(record("fa2", AttentionProblem(1, 2, 512, 64), tiling, 2e-4,
+                        env={"gpu_name": "AMD MI300X"}), record_id="mi300x")
+
+    def names_the_hardware(problem, tiling, schedule, hw):
+        return {"time_s": 1e-4, "bound": "hbm", "legal": True, "hardware": hw.name,
+                "bytes": {"global_read": 2.0, "global_write": 0.0, "dram_read": 1.0,
+                          "dram_write": 0.0}}
+
+    with pytest.raises(Exception, match="no preset for GPU 'AMD MI300X'"):
+        reconcile([h100, other], predictor=names_the_hardware)
+    report = reconcile([h100, other], predictor=names_the_hardware,
+                       fallback_hardware="h200-sxm")
+    assert {r["record_id"]: r["hardware"] for r in report["rows"]} == {
+        h100["record_id"]: "h100-sxm5", "mi300x": "h200-sxm"}
+    forced = reconcile([h100, other], predictor=names_the_hardware, hardware="h200-sxm")
+    assert {r["hardware"] for r in forced["rows"]} == {"h200-sxm"}

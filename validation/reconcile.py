@@ -175,8 +175,12 @@ def _predict_one(task) -> tuple[dict | None, str | None]:
 
 
 def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
-              model: str | None = None, jobs: int = 1) -> dict:
+              model: str | None = None, jobs: int = 1,
+              fallback_hardware: str | None = None) -> dict:
     """The reconciliation report (``tilesim.reconcile/1``) of ``records``.
+
+    Each record is predicted on ``hardware`` if given, else on the preset of the GPU it
+    ran on, else (a GPU without a preset) on ``fallback_hardware``, else it is an error.
 
     ``jobs > 1`` predicts the records in that many processes (``predictor`` must then be a
     module-level function); the report is the same.
@@ -198,7 +202,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                           "problem": rec["problem"], "median_s": rec["timing"]["median_s"],
                           "tflops": rec["timing"].get("tflops")})
             continue
-        name = hardware or preset_for(rec["environment"].get("gpu_name"))
+        name = (hardware or preset_for(rec["environment"].get("gpu_name"))
+                or fallback_hardware)
         if name is None:
             raise ProblemError(f"record {rec['record_id']}: no preset for GPU "
                                f"{rec['environment'].get('gpu_name')!r}; pass --hardware")

@@ -38,7 +38,6 @@ def load_records(paths: list[str], hardware: str) -> dict:
     """
     from simulator.cli import UserError
     from simulator.explain import model, records
-    from traces.problem import ProblemError
 
     try:
         from validation.reconcile import reconcile
@@ -48,12 +47,10 @@ def load_records(paths: list[str], hardware: str) -> dict:
             from None
     recs, errors = read_many(paths)
     if not any(r.get("timing") for r in recs):
-        raise UserError("no timed records in " + ", ".join(paths))
+        skipped = f" ({len(errors)} lines skipped, the first: {errors[0]})" if errors else ""
+        raise UserError("no timed records in " + ", ".join(paths) + skipped)
     name = model.source()["source"]
-    try:
-        result = reconcile(recs, predictor=model.predict, model=name)
-    except ProblemError:  # a GPU without a preset: predict every record on --hardware
-        result = reconcile(recs, hardware=hardware, predictor=model.predict, model=name)
+    result = reconcile(recs, predictor=model.predict, model=name, fallback_hardware=hardware)
     section = records.from_reconcile(result)
     section["line_errors"] = [str(e) for e in errors]
     return section
