@@ -207,8 +207,9 @@ def test_list_mentions_all_presets(argv, capsys):
     assert "989" in out  # H100 bf16 dense TFLOPS
 
 
-def test_list_json_has_every_preset_as_loaded(capsys):
-    rc, out, _ = run_cli(capsys, ["hardware", "list", "--json"])
+@pytest.mark.parametrize("argv", [["hardware", "list", "--json"], ["hardware", "--json"]])
+def test_list_json_has_every_preset_as_loaded(argv, capsys):
+    rc, out, _ = run_cli(capsys, argv)
     assert rc == 0
     presets = json.loads(out)["presets"]
     assert [p["name"] for p in presets] == sorted(PRESETS)

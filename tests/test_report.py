@@ -312,3 +312,30 @@ def test_records_that_are_all_malformed_say_why(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "1 lines skipped" in err and "counters_reason" in err
+
+
+def test_records_the_model_refuses_are_listed_not_dropped():
+    """A record the model cannot predict is named under 'Not compared', with the reason."""
+    from simulator.explain.records import from_reconcile
+    from traces.problem import ProblemError
+    from validation.reconcile import reconcile
+
+    def picky(problem, tiling, schedule, hw):
+        if tiling.block_m == 128:
+            raise ProblemError("tile larger than SRAM")
+        return model.predict(problem, tiling, schedule, hw)
+
+    recs = [synthetic_record(0, "fa2", 128, 64, 9.0e-5, 3.0e7),
+            synthetic_record(1, "fa2", 64, 64, 1.2e-4, 4.0e7)]
+    section = from_reconcile(reconcile(recs, predictor=picky, model="picky"))
+    assert [r["record_id"] for r in section["rows"]] == ["synthetic-1"]
+    assert [s["label"] for s in section["skipped"]] == ["record synthetic-0"]
+    assert "not predicted" in section["skipped"][0]["reason"]
+    assert "SRAM" in section["skipped"][0]["reason"]
+
+
+def test_small_throughputs_keep_their_digits():
+    from simulator.explain.report_sections import tflops
+
+    assert tflops(352.34) == "352" and tflops(42.345) == "42.3"
+    assert tflops(0.0123456) == "0.0123" and tflops(1234.5) == "1,234"

@@ -323,3 +323,13 @@ def test_a_malformed_or_edited_plan_is_one_line_before_any_work(what, tmp_path, 
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("tilesim: error: ") and err.count("\n") == 1
     assert PLAN_EDITS[what] in err
+
+
+def test_extreme_errors_render_in_a_few_characters():
+    """A record with an absurd but finite time (1e-300 s) gives an error of ~1e298 %: the
+    tables print it in scientific notation, not as a 300-digit number."""
+    from validation.report import _abs_pct, _pct
+
+    assert _pct(12.34) == "+12.3%" and _abs_pct(12.34) == "12.3%"
+    assert _pct(-3e298) == "-3.00e+298%" and _abs_pct(3e298) == "3.00e+298%"
+    assert _pct(None) == _abs_pct(None) == "-"

@@ -9,11 +9,15 @@ from validation.reconcile import TARGETS, TIE_GAP
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.1f}%"
+    if v is None:
+        return "-"
+    return f"{v:+.1f}%" if abs(v) < 1e6 else f"{v:+.2e}%"
 
 
 def _abs_pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}%"
+    if v is None:
+        return "-"
+    return f"{v:.1f}%" if abs(v) < 1e6 else f"{v:.2e}%"
 
 
 def _tiling(t: dict) -> str:

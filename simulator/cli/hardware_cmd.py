@@ -1,8 +1,8 @@
 """``tilesim hardware``: list the shipped GPU presets, or show one preset (or TOML file) in full.
 
-``tilesim hardware`` alone lists. ``show`` prints every field with its unit in a form people
-read (KiB, TB/s, ns); ``show --json`` prints the loaded values in SI units, as the loader
-returns them, so that scripts get exactly what the model uses.
+``tilesim hardware`` alone lists (``--json`` as ``list --json``). ``show`` prints every field
+with its unit in a form people read (KiB, TB/s, ns); ``show --json`` prints the loaded values
+in SI units, as the loader returns them, so that scripts get exactly what the model uses.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="List the GPU presets, or show every number of one preset or TOML file.",
     )
     parser.set_defaults(func=run)
+    parser.add_argument("--json", dest="json_list", action="store_true",
+                        help="as `list --json` (or `show --json`): every field as JSON, SI units")
     actions = parser.add_subparsers(dest="hardware_action", metavar="ACTION",
                                     parser_class=type(parser))
     listing = actions.add_parser("list", help="table of the shipped presets (default)")
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         from simulator.cli.common import hardware_from_args
 
         hw = hardware_from_args(args, args.name)
-        if args.json:
+        if args.json or args.json_list:
             from simulator.cli.common import print_json
 
             print_json(hw.to_dict())
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             _print_show(hw)
         return 0
     presets = [load_hardware(name) for name in preset_names()]
-    if getattr(args, "json", False):
+    if getattr(args, "json", False) or args.json_list:
         from simulator.cli.common import print_json
 
         print_json({"presets": [hw.to_dict() for hw in presets]})

@@ -6,7 +6,8 @@ from __future__ import annotations
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, scale in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6),
+                        ("KB", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:,.2f} {unit}"
     return f"{n:,.0f} B"
@@ -15,7 +16,8 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_count(n: float | None) -> str:
     if n is None:
         return "-"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6),
+                        ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:,.2f} {unit}"
     return f"{n:,.0f}"

@@ -5,7 +5,8 @@ report's command line runs it with the report's own predictor (``simulator.expla
 so the page shows one model throughout) and ``from_reconcile`` keeps what the page draws:
 one row per timed Triton record — predicted and measured time and DRAM bytes with the
 signed error relative to the measurement — the MAPE and max error of each, the per-shape
-rank correlation and regret, and the records it could not predict (PyTorch peers).
+rank correlation and regret, and the records it did not compare (PyTorch peers, records
+the model refuses, records not timed).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def from_reconcile(result: dict) -> dict:
         })
     skipped = [{"label": p["shape"], "reason": f"PyTorch peer ({p['implementation']}), "
                                               "measured only"} for p in result["peers"]]
+    skipped += [{"label": f"record {u['record_id']}", "reason": f"not predicted: {u['reason']}"}
+                for u in result.get("unpredicted", [])]
     if result.get("untimed_records"):
         skipped.append({"label": f"{result['untimed_records']} record(s)",
                         "reason": "not timed (failed or incorrect on the GPU)"})

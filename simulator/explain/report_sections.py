@@ -76,7 +76,7 @@ def overview(p: Page) -> str:
     best = d["sweep"]["best"]
     kpis = [
         kpi("FA2 time", p.num("compare.fa2.time_s", fmt_time),
-            f'{p.num("compare.fa2.tflops_per_s", lambda v: f"{v:,.0f}")} TFLOP/s, '
+            f'{p.num("compare.fa2.tflops_per_s", tflops)} TFLOP/s, '
             f'{p.num("compare.fa2.bound")}-bound'),
         naive_kpi(p),
         kpi("FA2 speed-up", p.num("compare.speedup", times), "naive time / FA2 time"),
@@ -106,8 +106,15 @@ def naive_kpi(p: Page) -> str:
                    f'its tensors need {p.num("compare.naive.hbm_footprint_bytes", fmt_bytes)}, '
                    f'the GPU has {p.num("hardware.hbm_bytes", fmt_bytes)}: counted, not timed')
     return kpi("naive time", p.num("compare.naive.time_s", fmt_time),
-               f'{p.num("compare.naive.tflops_per_s", lambda v: f"{v:,.0f}")} TFLOP/s, '
+               f'{p.num("compare.naive.tflops_per_s", tflops)} TFLOP/s, '
                f'{p.num("compare.naive.bound")}-bound')
+
+
+def tflops(v: float) -> str:
+    """TFLOP/s with three significant digits for small problems (0.0123, not 0)."""
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if abs(v) >= 1 else f"{v:.3g}"
 
 
 def _tiling(t: dict) -> str:
@@ -160,7 +167,7 @@ def roofline_section(p: Page) -> str:
 def compare_section(p: Page) -> str:
     cmp = p.data["compare"]
     lines = [("time", "time_s", fmt_time), ("achieved TFLOP/s (paper FLOPs)", "tflops_per_s",
-                                            lambda v: f"{v:,.1f}"),
+                                            tflops),
              ("bound", "bound", str), ("global read", "bytes.global_read", fmt_bytes),
              ("global write", "bytes.global_write", fmt_bytes),
              ("DRAM read", "bytes.dram_read", fmt_bytes),
