@@ -24,6 +24,16 @@ TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
 ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s")  # overheads may be none
 
 
+L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
+# Fields a preset records for readers that no part of the model reads: a --set on them
+# would change nothing, so it is refused with the reason.
+NOT_MODELLED = {
+    "l2_line_bytes": "the model does not use the line size (L2 traffic and capacity are "
+                     "counted in 32-byte sectors)",
+    "l2_sector_bytes": "the L2 model counts 32-byte sectors; other sizes are not modelled",
+}
+
+
 class HardwareError(ProblemError):
     """A hardware name or file that cannot be used."""
 
@@ -109,6 +119,15 @@ class Hardware:
                      "tensor_sync_efficiency"):
             if getattr(self, name) > 1:
                 raise HardwareError(f'hardware "{self.name}": "{name}" must be in (0, 1].')
+        if self.l2_sector_bytes != L2_SECTOR_BYTES:
+            raise HardwareError(
+                f'hardware "{self.name}": l2_sector_bytes {self.l2_sector_bytes} is not '
+                f"modelled; the L2 model counts {L2_SECTOR_BYTES}-byte sectors, as every "
+                "NVIDIA GPU since Maxwell has.")
+        if self.hbm_latency_s < self.l2_latency_s:
+            raise HardwareError(
+                f'hardware "{self.name}": hbm_latency_s is below l2_latency_s, but a miss '
+                "passes through L2 on its way to HBM.")
         if self.smem_per_cta_max_bytes > self.smem_per_sm_bytes:
             raise HardwareError(
                 f'hardware "{self.name}": smem_per_cta_max_bytes exceeds smem_per_sm_bytes.'
@@ -171,6 +190,8 @@ def with_overrides(hw: Hardware, overrides: list[str]) -> Hardware:
         key, sep, text = item.partition("=")
         key, text = key.strip(), text.strip()
         field, _, dtype = key.partition(".")
+        if field in NOT_MODELLED:
+            raise HardwareError(f"--set {key}: {NOT_MODELLED[field]}")
         if not sep or not text or field not in types or field in ("name", "display_name") \
                 or (field == "tensor_flops_per_s") != bool(dtype):
             raise HardwareError(f'--set takes FIELD=VALUE with a field of `tilesim hardware '

@@ -29,12 +29,14 @@ class Residency:
     registers_per_thread: int
 
 
-def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int) -> int:
-    """Registers per thread from the fp32 tiles a CTA keeps in registers."""
+def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int,
+                                   cap: int = 255) -> int:
+    """Registers per thread from the fp32 tiles a CTA keeps in registers, at most ``cap``
+    (the hardware's limit per thread; beyond it the compiler spills)."""
     fp32_values = tiling.block_m * head_dim + tiling.block_m * tiling.block_n + 2 * tiling.block_m
     per_thread = -(-fp32_values // tiling.threads) + REGISTER_OVERHEAD_PER_THREAD
     rounded = -(-per_thread // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
-    return min(rounded, 255)
+    return min(rounded, cap)
 
 
 def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
@@ -42,7 +44,8 @@ def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
               smem_bytes: int | None = None) -> Residency:
     """CTAs of ``kernel`` resident per SM; 0 when one CTA does not fit."""
     smem = kernel.sram_bytes if smem_bytes is None else smem_bytes
-    regs = registers_per_thread or estimated_registers_per_thread(kernel, tiling, head_dim)
+    regs = registers_per_thread or estimated_registers_per_thread(
+        kernel, tiling, head_dim, hw.max_registers_per_thread)
     if smem > hw.smem_per_cta_max_bytes:
         return Residency(0, "does not fit", smem, regs)
     limits = {

@@ -265,6 +265,10 @@ def test_what_if_overrides_replace_fields_and_rename():
     ("l2_bytes=-1", "> 0"), ("hbm_bandwidth_bytes_per_s=inf", "finite"),
     ("hbm_latency_s=nan", "finite"), ("sm_clock_hz=1e400", "finite"),
     ("tensor_flops_per_s.bf16=inf", "finite"),
+    # What the model does not read is refused, not silently ignored.
+    ("l2_line_bytes=256", "does not use the line size"),
+    ("l2_sector_bytes=64", "32-byte sectors"),
+    ("hbm_latency_s=1e-7", "below l2_latency_s"),
 ])
 def test_what_if_overrides_are_checked(override, match):
     with pytest.raises(HardwareError, match=match):
@@ -282,3 +286,31 @@ def test_set_reaches_the_simulation_and_its_json(capsys):
     assert slow["time_s"] > base["time_s"]  # half the tensor rate: tensor-bound, slower
     assert main(["count", "--set", "sm_count=x"]) == 2
     assert "not a number" in capsys.readouterr().err
+
+
+def test_register_limit_caps_the_estimate():
+    """``max_registers_per_thread`` is the cap of the register estimate (spills beyond)."""
+    from simulator.occupancy import SMEM_RESERVED_PER_CTA_BYTES, residency
+    from traces.problem import AttentionProblem
+    from traces.schedules import build_schedule
+    from traces.tiling import Tiling
+
+    problem = AttentionProblem(batch=1, heads=1, seq_q=512, head_dim=128)
+    tiling = Tiling(block_m=128, block_n=128, num_stages=2, num_warps=4)
+    kernel = build_schedule(problem, tiling, "fa2").kernels[0]
+    h100 = load_hardware("h100-sxm5")
+    full = residency(kernel, tiling, 128, h100)
+    assert full.registers_per_thread == 255  # 258 fp32 values per thread alone: capped
+    capped = residency(kernel, tiling, 128, with_overrides(h100, ["max_registers_per_thread=128"]))
+    assert capped.registers_per_thread == 128
+    assert capped.ctas_per_sm == min(h100.registers_per_sm // (128 * 128),
+                                     h100.smem_per_sm_bytes // (kernel.sram_bytes
+                                                               + SMEM_RESERVED_PER_CTA_BYTES))
+
+
+def test_a_toml_with_another_sector_size_is_refused(tmp_path):
+    text = (PRESET_DIR / "h100-sxm5.toml").read_text()
+    path = tmp_path / "odd.toml"
+    path.write_text(text.replace("l2_sector_bytes = 32", "l2_sector_bytes = 64"))
+    with pytest.raises(HardwareError, match="not modelled"):
+        load_hardware(path)

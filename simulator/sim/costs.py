@@ -71,11 +71,13 @@ class CtaCosts:
         return shared(loads), shared(stores)
 
     def phases(self, miss: np.ndarray, first_miss: np.ndarray, written: np.ndarray,
-               missed_steps: np.ndarray, first_wave: int) -> tuple[np.ndarray, ...]:
+               missed_steps: np.ndarray, burst: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(B, M, K, CP)``, each ``[grid, 4]``: latency, first loads, body, last stores.
 
-        CTAs from ``first_wave`` on start one by one as slots free, not in a burst: for
-        them the first two phases are folded into the body when they are a small part of it.
+        Only the CTAs marked in ``burst`` (those that start the first wave together) keep
+        their latency and first loads as phases of their own; every other CTA starts as a
+        slot frees, not in a burst, and has them folded into its body when they are a small
+        part of it.
 
         ``missed_steps`` is the fraction of the CTA's loading steps that missed L2 somewhere:
         those wait for HBM's latency, the others for L2's.
@@ -112,8 +114,7 @@ class CtaCosts:
         CP[:, 2] = np.maximum(body + np.where(separate, 0.0, last), 1e-12)
         B[:, 3] = np.where(separate, self.last_store, 0.0)
         CP[:, 3] = np.where(separate, last, 0.0)
-        fold = ((np.arange(grid) >= first_wave)
-                & (CP[:, 0] + CP[:, 1] < FOLD * CP[:, 2]))
+        fold = ~burst & (CP[:, 0] + CP[:, 1] < FOLD * CP[:, 2])
         for x in (B, M):
             x[fold, 2] += x[fold, 1]
         CP[fold, 2] += CP[fold, 0] + CP[fold, 1]

@@ -241,8 +241,9 @@ class FluidEngine:
         # Pass A: each CTA one phase, compulsory misses only.
         miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
         fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
-        wave = int(first[slots]) if first.size > slots else prog.grid
-        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, wave)
+        burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
+        burst[first[:slots]] = True
+        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
         timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
         events, tiles = timed.events, 0
         for attempt in range(2):
@@ -255,7 +256,7 @@ class FluidEngine:
             phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
-                                            where=steps > 0), wave)
+                                            where=steps > 0), burst)
             final = self._fluid(slots, first, *phases)
             events += final.events
             if (prog.iterations == 0

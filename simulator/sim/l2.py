@@ -34,10 +34,11 @@ from math import gcd
 import numpy as np
 from numba import njit
 
+from simulator.hardware import L2_SECTOR_BYTES
 from traces.schedules import Schedule
 from traces.schedules.base import Access
 
-SECTOR_BYTES = 32
+SECTOR_BYTES = L2_SECTOR_BYTES  # presets must agree (simulator.hardware checks)
 HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics (bytes)
 # Scalars of the cache state (``meta``): the capacity, the clock, the queue ring (first
 # record, records), bytes in use, then the pools' counters (pages taken, freed pages,
