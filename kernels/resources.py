@@ -204,23 +204,29 @@ def _cuobjdump_usage(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(reg.group(1)) if reg else None, int(local.group(1)) if local else None)
 
 
-def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,
-                **shape) -> KernelResources:
-    """Compile one kernel for one tiling and report what it uses (in this process)."""
+def compile_ahead(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,
+                  **shape):
+    """Triton's compiled kernel for ``arch``, ahead of time (no GPU needed)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
+    signature = _signature(kernel, dtype)
+    src = triton.compiler.ASTSource(fn=_kernel_fn(kernel), signature=signature,
+                                    constexprs=constexprs(kernel, head_dim, tiling, **shape),
+                                    attrs=_alignment_hints(signature))
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": tiling.num_warps,
+                                   "num_stages": tiling.num_stages})
+
+
+def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,
+                **shape) -> KernelResources:
+    """Compile one kernel for one tiling and report what it uses (in this process)."""
     fields = {"kernel": kernel, "arch": arch, "dtype": dtype, "head_dim": head_dim,
               "block_m": tiling.block_m, "block_n": tiling.block_n,
               "num_stages": tiling.num_stages, "num_warps": tiling.num_warps}
     try:
-        signature = _signature(kernel, dtype)
-        src = triton.compiler.ASTSource(fn=_kernel_fn(kernel), signature=signature,
-                                        constexprs=constexprs(kernel, head_dim, tiling, **shape),
-                                        attrs=_alignment_hints(signature))
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": tiling.num_warps,
-                                           "num_stages": tiling.num_stages})
+        compiled = compile_ahead(kernel, arch, dtype, head_dim, tiling, **shape)
     except Exception as exc:  # a tiling the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,

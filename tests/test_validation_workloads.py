@@ -65,11 +65,43 @@ def test_kernel_facts_read_the_compiled_kernel():
     facts = kernel_facts("fa2_fwd", compiled)
     per_flop = (64 * 16 * 2 + 16 * 16 * 2) / (2 * 64 * 16 * 16)
     assert facts == {"name": "fa2_fwd", "shared_bytes": 49152,
+                     "registers": None, "spill_bytes": None,  # no cubin to read
                      "wgmma_smem_bytes_per_flop": pytest.approx(per_flop),
                      "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop)}
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None
+    broken = types.SimpleNamespace(asm={"ptx": "", "cubin": b"not a cubin"},
+                                   metadata=types.SimpleNamespace(shared=0))
+    facts = kernel_facts("naive_softmax", broken)  # cuobjdump fails: facts left out, no error
+    assert facts["registers"] is None and facts["spill_bytes"] is None
+
+
+def test_kernel_facts_read_registers_from_a_real_cubin():
+    """On a real sm_90 compile (ahead of time, no GPU; outside the interpreter, in a
+    process of its own) the facts carry the registers the cubin declares: those
+    ``tilesim kernels resources`` reports for the same kernel."""
+    pytest.importorskip("triton")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from kernels.resources import compile_ahead, compile_one\n"
+        "from traces.tiling import Tiling\n"
+        "from validation.compile import kernel_facts\n"
+        "t = Tiling(64, 64, 2, 4)\n"
+        "row = compile_one('naive_softmax', 90, 'bf16', 64, t, seq_kv=1024)\n"
+        "c = compile_ahead('naive_softmax', 90, 'bf16', 64, t, seq_kv=1024)\n"
+        "print(json.dumps([row.registers, row.spill_bytes, kernel_facts('s', c)]))\n")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    registers, spill, facts = json.loads(out.strip().splitlines()[-1])
+    assert facts["registers"] == registers and 0 < registers <= 255
+    assert facts["spill_bytes"] == spill
 
 
 def test_precompile_worker_keeps_the_facts_of_the_configs_own_kernels(monkeypatch):

@@ -161,14 +161,32 @@ def aot_check(schedule: str, problem: AttentionProblem, tiling: Tiling,
 
 
 def kernel_facts(name: str, compiled) -> dict:
-    """What one compiled kernel is, from Triton's result: its shared memory per CTA and what
-    its wgmma ask of shared memory per FLOP (``kernels.resources.wgmma_operand_demand``: over
-    their mix, and the most demanding; None without wgmma)."""
+    """What one compiled kernel is, from Triton's result: its shared memory per CTA, its
+    registers per thread and spilled bytes (the cuobjdump in Triton's wheel reads the cubin;
+    None where it cannot: the simulator's occupancy estimate is checked against these), and
+    what its wgmma ask of shared memory per FLOP (``kernels.resources.wgmma_operand_demand``:
+    over their mix, and the most demanding; None without wgmma)."""
     from kernels.resources import wgmma_operand_demand
 
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
+    registers, spill = _registers(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
+            "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst}
+
+
+def _registers(compiled) -> tuple[int | None, int | None]:
+    """(registers per thread, spilled bytes) of a compiled kernel; Nones if unreadable (a
+    fact that cannot be read must never cost the device run its measurements)."""
+    cubin = compiled.asm.get("cubin")
+    if not cubin:
+        return None, None
+    try:
+        from kernels.resources import _cuobjdump_usage
+
+        return _cuobjdump_usage(cubin)
+    except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
+        return None, None
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

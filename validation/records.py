@@ -6,7 +6,8 @@ peer that ran instead), the kernels launched, the correctness error against the 
 reference, the timing (median, p20, p80 over repeats with L2 flushed before each) and the
 Nsight Compute counters — or ``null`` with the reason why there are none. Triton records
 of a device run also keep ``kernel_facts``: per kernel, as the GPU's own Triton compiled
-it, its shared memory and what its wgmma ask of shared memory per FLOP
+it, its shared memory, registers per thread and spilled bytes, and what its wgmma ask of
+shared memory per FLOP
 (``validation.compile.kernel_facts``; ``null`` where the run did not compile it ahead).
 
 Reading validates every line and reports a malformed one as ``path:line: what is wrong``;
@@ -36,7 +37,8 @@ TIMING_KEYS = ("median_s", "p20_s", "p80_s")
 # counts, bytes, seconds and a hit rate, each >= 0 or null where ncu gave none.
 KERNEL_COUNTER_KEYS = tuple(METRICS.values())
 COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
-FACT_KEYS = ("shared_bytes", "wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
+FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
+             "wgmma_smem_bytes_per_flop_max")
 
 
 class RecordError(ProblemError):

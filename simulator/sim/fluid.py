@@ -227,12 +227,12 @@ class FluidEngine:
         return self.runs
 
     def _kernels(self):
-        for prog in self.programs:
+        for i, prog in enumerate(self.programs):
             launch = self.env.now
             yield self.env.timeout(self.hw.kernel_launch_overhead_s)
-            yield from self._kernel(prog, launch)
+            yield from self._kernel(prog, launch, last=i == len(self.programs) - 1)
 
-    def _kernel(self, prog: KernelProgram, launch: float):
+    def _kernel(self, prog: KernelProgram, launch: float, last: bool):
         hw, cache = self.hw, self.cache
         costs = CtaCosts(prog, hw, self.stages, cache.layout.rows.size)
         slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
@@ -268,11 +268,11 @@ class FluidEngine:
         begin = self.env.now
         yield self.env.timeout(float(end.max()) if prog.grid else 0.0)
         done = self.env.now
-        if flushed:
+        if flushed and not last:  # record.KernelRun: why, and why not after the last
             yield self.env.timeout(flushed / hw.hbm_effective_bytes_per_s)
         segments = final.segments[: final.counters[1]] + [begin, begin, 0.0, 0.0]
         hbm = segments[:, [0, 1, 3]]
-        if flushed:
+        if flushed and not last:
             hbm = np.vstack([hbm, [[done, self.env.now, hw.hbm_effective_bytes_per_s]]])
         self.runs.append(KernelRun(
             name=prog.name, launch_s=launch, start_s=begin, end_s=self.env.now,

@@ -28,15 +28,26 @@ class KernelRun:
 
     Times are seconds from the start of the run. ``tensor_bytes[t]`` holds the L2 traffic
     of tensor ``t`` during this kernel: load bytes that hit, load bytes that missed (read
-    from DRAM), bytes stored, and bytes written back to DRAM (evictions during the kernel
-    and the flush at its end). ``*_segments`` are ``(start, end, bytes/s)`` rows of the
-    bandwidth each level delivered, for timelines.
+    from DRAM), bytes stored, and bytes written back to DRAM: evictions during the kernel
+    and ``flush_bytes``, what it leaves dirty in L2 (so a kernel's DRAM writes are the
+    bytes it stores that reach DRAM, sooner or later).
+
+    When ``flush_bytes`` are written back: L2 is a write-back cache that keeps its contents
+    across launches, and a kernel completes when its last CTA retires, its stores in L2.
+    The last kernel of a run therefore ends then (``end_s``), its dirty data written back
+    after the run, in no time the run reports; a CUDA event after it, or Nsight Compute's
+    duration, would not wait for them either. Between kernels the next kernel's misses
+    evict them, so they take HBM time while it runs; the model approximates that by
+    writing them back at full HBM bandwidth before the next kernel launches, within this
+    kernel's ``end_s`` (an upper bound on what it costs when the next kernel has HBM time
+    to spare). ``*_segments`` are ``(start, end, bytes/s)`` rows of the bandwidth each
+    level delivered, for timelines.
     """
 
     name: str
     launch_s: float  # the launch begins (the launch overhead runs first)
     start_s: float  # the first CTA starts
-    end_s: float  # the last CTA retired and the dirty data is written back
+    end_s: float  # the last CTA retired (and, but for the last kernel, the write-back)
     ctas_per_sm: int
     slots: int  # CTAs resident at once on the whole GPU
     sram_bytes_per_cta: int
