@@ -330,6 +330,27 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     return out
 
 
+def schedule_resources(problem, tiling: Tiling, kernel_names: list[str], arch: int,
+                       workers: int | None = None) -> dict[str, KernelResources]:
+    """The compiled resources of the named kernels of one problem's schedule (the shape
+    constexprs from the problem: causal, naive softmax's row, decode's group rows), each
+    compiled once for ``arch`` in worker processes. ``ValueError`` if a kernel has no
+    twin or the problem's dtype or head_dim none that compiles."""
+    from kernels.common import SUPPORTED_HEAD_DIMS
+
+    if problem.dtype not in _DTYPES:
+        raise ValueError(f"the Triton kernels compile for {', '.join(_DTYPES)}, "
+                         f"not {problem.dtype}")
+    if problem.head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"the Triton kernels take head_dim in {SUPPORTED_HEAD_DIMS}, "
+                         f"not {problem.head_dim}")
+    shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
+             "decode_rows": problem.group_size * problem.seq_q}
+    rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
+                   head_dim=problem.head_dim, tilings=[tiling], workers=workers, **shape)
+    return {r.kernel: r for r in rows}
+
+
 def _serve() -> None:
     """Worker side: one JSON job per stdin line, one JSON result per stdout line."""
     for line in sys.stdin:

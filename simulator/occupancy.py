@@ -2,14 +2,18 @@
 
 Residency is the minimum over four limits: shared memory (the schedule's SRAM per CTA plus
 a small reserve the driver keeps per CTA), registers, threads and the hardware's CTA cap.
-Registers are estimated from the tiling until compiled kernels report their real count
-(``kernels resources``): an attention CTA keeps its fp32 accumulator
-(``block_m x head_dim``), its score tile (``block_m x block_n``) and row statistics in
-registers, spread over its threads, plus a fixed overhead for addresses and indices.
+Registers are estimated from the tiling unless the compiled kernel's count is given
+(``CompiledResources``: from ``kernels resources`` or a device run's ``kernel_facts``): an
+attention CTA keeps its fp32 accumulator (``block_m x head_dim``), its score tile
+(``block_m x block_n``) and row statistics in registers, spread over its threads, plus a
+fixed overhead for addresses and indices. That rule is FlashAttention's forward; other
+kernels hold more (the backward's dK/dV) or far less (naive softmax's one row), so the
+compiled counts are worth giving where they exist (docs/validation.md, "Occupancy").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from simulator.hardware import Hardware
@@ -27,6 +31,23 @@ class Residency:
     limited_by: str  # "smem", "registers", "threads", "ctas" or "does not fit"
     smem_per_cta_bytes: int
     registers_per_thread: int
+
+
+@dataclass(frozen=True)
+class CompiledResources:
+    """What the compiler gave one kernel; None where not known (the estimate stands)."""
+
+    registers_per_thread: int | None = None
+    shared_bytes: int | None = None
+
+
+def kernel_residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
+                     compiled: Mapping[str, CompiledResources] | None = None) -> Residency:
+    """``residency``, with the registers and shared memory of ``compiled[kernel.name]``
+    where given."""
+    given = (compiled or {}).get(kernel.name) or CompiledResources()
+    return residency(kernel, tiling, head_dim, hw, given.registers_per_thread,
+                     given.shared_bytes)
 
 
 def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int,

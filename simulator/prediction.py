@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from simulator import device_memory
 from simulator.counting import KernelCount, closed_form
 from simulator.hardware import Hardware
-from simulator.occupancy import residency
+from simulator.occupancy import kernel_residency
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule, check_supported
 from traces.tiling import Tiling
@@ -31,7 +31,7 @@ def tool_version() -> str:
         return "0.1.0+source"
 
 
-def _kernel_entry(count: KernelCount, sram_bytes: int, res) -> dict:
+def _kernel_entry(count: KernelCount, res, compiled: bool) -> dict:
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -41,24 +41,27 @@ def _kernel_entry(count: KernelCount, sram_bytes: int, res) -> dict:
                   "dram_read": None, "dram_write": None},
         "flops": {"tensor": count.tensor_flops, "exp": count.exp_ops,
                   "other": count.other_flops},
-        "sram_bytes_per_cta": sram_bytes,
+        "sram_bytes_per_cta": res.smem_per_cta_bytes,
         "ctas_per_sm": res.ctas_per_sm,
         "residency_limited_by": res.limited_by,
         "registers_per_thread": res.registers_per_thread,
+        "resources": "compiled" if compiled else "estimated",
         "legal": res.ctas_per_sm > 0,
     }
 
 
 def count_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str,
-                     hw: Hardware) -> dict:
-    """Exact counts (closed form) for every kernel of the schedule; timing fields ``None``."""
+                     hw: Hardware, compiled=None) -> dict:
+    """Exact counts (closed form) for every kernel of the schedule; timing fields ``None``.
+    ``compiled``: the compiler's registers and shared memory by kernel name, where given
+    (``simulator.occupancy.CompiledResources``), for residency."""
     check_supported(problem, tiling, schedule)
     return assemble_prediction(problem, tiling, schedule, hw,
-                               closed_form(problem, tiling, schedule))
+                               closed_form(problem, tiling, schedule), compiled)
 
 
 def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str,
-                        hw: Hardware, counts: list[KernelCount]) -> dict:
+                        hw: Hardware, counts: list[KernelCount], compiled=None) -> dict:
     """The prediction dict from per-kernel counts (closed form or replayed from a trace).
 
     SRAM per CTA and residency come from the schedule's kernels and the hardware.
@@ -68,8 +71,8 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
         raise ValueError("counts do not match the schedule's kernels")
     kernels, per_tensor = [], {}
     for kernel, count in zip(sched.kernels, counts, strict=True):
-        res = residency(kernel, tiling, problem.head_dim, hw)
-        kernels.append(_kernel_entry(count, kernel.sram_bytes, res))
+        res = kernel_residency(kernel, tiling, problem.head_dim, hw, compiled)
+        kernels.append(_kernel_entry(count, res, bool(compiled and kernel.name in compiled)))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})

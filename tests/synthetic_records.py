@@ -61,7 +61,8 @@ def _counts(problem: AttentionProblem, tiling: Tiling, schedule: str) -> tuple:
             pred["flops"]["exp"])
 
 
-def additive_model(problem: AttentionProblem, tiling: Tiling, schedule: str, hw) -> dict:
+def additive_model(problem: AttentionProblem, tiling: Tiling, schedule: str, hw,
+                   compiled=None) -> dict:
     """A SYNTHETIC stand-in for the simulator whose time is a sum of one term per parameter
     (launches, DRAM, L2, tensor, exp), so that a known parameter set is recoverable."""
     n_kernels, dram, global_bytes, tensor, exp = _counts(problem, tiling, schedule)

@@ -72,7 +72,7 @@ def test_fit_recovers_known_parameters_and_never_fits_held_out():
                      for r in recs if shape_key(r) in held}
     seen_held: list = []
 
-    def spy(problem, tiling, schedule, hw):
+    def spy(problem, tiling, schedule, hw, compiled=None):
         key = json.dumps([schedule, problem.to_dict(), tiling.to_dict()], sort_keys=True)
         if key in held_problems:
             seen_held.append(hw)
@@ -95,7 +95,7 @@ def test_fit_needs_times_and_two_shapes():
     recs = synthetic_records()
     base = load_hardware("h200-sxm")
     with pytest.raises(ProblemError, match="simulator"):
-        fit(recs, base, lambda *a: {"time_s": None})
+        fit(recs, base, lambda *a, **k: {"time_s": None})
     one_shape = [r for r in recs if shape_key(r) == shape_key(recs[0])]
     with pytest.raises(ProblemError, match="two shapes"):
         fit(one_shape, base, additive_model)
@@ -142,7 +142,7 @@ def test_train_max_seq_fits_short_shapes_and_holds_out_every_length():
     _, held = split_by_shape(recs, 0.25, seed=0)
     simulated: list[int] = []
 
-    def spy(problem, tiling, schedule, hw):
+    def spy(problem, tiling, schedule, hw, compiled=None):
         simulated.append(max(problem.seq_q, problem.seq_kv))
         return additive_model(problem, tiling, schedule, hw)
 
@@ -177,7 +177,7 @@ def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
     base = load_hardware("h200-sxm")
     calls = []
 
-    def counting(problem, tiling, schedule, hw):
+    def counting(problem, tiling, schedule, hw, compiled=None):
         calls.append(hw)
         return additive_model(problem, tiling, schedule, hw)
 

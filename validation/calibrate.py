@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from traces.problem import AttentionProblem, ProblemError
-from traces.tiling import Tiling
+from traces.problem import ProblemError
 from validation import stats
+from validation.predict import predict_record
 from validation.records import group_key, shape_key
 
 
@@ -95,8 +95,7 @@ def split_by_shape(records: list[dict], holdout_fraction: float = 0.25,
 
 def _time_one(task) -> float:
     predictor, rec, hw = task
-    pred = predictor(AttentionProblem.from_dict(rec["problem"]),
-                     Tiling.from_dict(rec["tiling"]), rec["schedule"], hw)
+    pred = predict_record(predictor, rec, hw)
     if pred.get("time_s") is None:
         raise ProblemError("calibrate needs predicted times, and the model gave none: the "
                            "timing simulator (simulator.sim) is not available")

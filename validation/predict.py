@@ -3,7 +3,9 @@
 ``predict(problem, tiling, schedule, hw)`` returns the ``tilesim.prediction/1`` dict of the
 timing simulator (``simulator.sim.predict``): time, DRAM bytes through the L2 model, bound.
 Everything in ``validation/`` calls the model through this module; tests pass their own
-predictor instead.
+predictor instead. ``predict_record`` predicts a measurement record with the occupancy its
+kernels really had: the registers and shared memory the device's compiler gave them (the
+record's ``kernel_facts``), where the record has them, instead of the model's estimate.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from simulator.hardware import Hardware
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 
-Predictor = Callable[[AttentionProblem, Tiling, str, Hardware], dict]
+# predictor(problem, tiling, schedule, hw, compiled=None) -> tilesim.prediction/1 dict
+Predictor = Callable[..., dict]
 
 
 def model_name() -> str:
@@ -22,11 +25,35 @@ def model_name() -> str:
     return "simulator"
 
 
-def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware) -> dict:
-    """The simulator's prediction for one configuration."""
+def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+            compiled=None) -> dict:
+    """The simulator's prediction for one configuration (``compiled``: kernel name ->
+    ``simulator.occupancy.CompiledResources``, where known)."""
     from simulator.sim import predict as simulate
 
-    return simulate(problem, tiling, schedule, hw)[0]
+    return simulate(problem, tiling, schedule, hw, compiled=compiled)[0]
+
+
+def compiled_resources(rec: dict) -> dict | None:
+    """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
+    compile's registers and shared memory); None if it has neither for any kernel."""
+    from simulator.occupancy import CompiledResources
+
+    found = {}
+    for fact in rec.get("kernel_facts") or ():
+        registers, shared = fact.get("registers"), fact.get("shared_bytes")
+        if registers is not None or shared is not None:
+            found[fact["name"]] = CompiledResources(
+                None if registers is None else int(registers),
+                None if shared is None else int(shared))
+    return found or None
+
+
+def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
+    """``predictor``'s prediction for a Triton record, with the record's compiled resources
+    (``compiled=``; None where it has none)."""
+    return predictor(AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"]),
+                     rec["schedule"], hw, compiled=compiled_resources(rec))
 
 
 def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:

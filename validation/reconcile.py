@@ -34,8 +34,8 @@ import statistics
 from collections import defaultdict
 
 from simulator.hardware import load_hardware
-from traces.problem import AttentionProblem, ProblemError
-from traces.tiling import Tiling
+from traces.problem import ProblemError
+from validation import predict as predict_mod
 from validation import stats
 from validation.matrix import MIN_GAP
 from validation.records import group_key, shape_key
@@ -167,9 +167,9 @@ def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
 
 def _predict_one(task) -> tuple[dict | None, str | None]:
     """(prediction, None), or (None, why) when the model refuses the config."""
-    predictor, problem, tiling, schedule, hw = task
+    predictor, rec, hw = task
     try:
-        return predictor(problem, tiling, schedule, hw), None
+        return predict_mod.predict_record(predictor, rec, hw), None
     except ProblemError as exc:  # say, an illegal tiling
         return None, str(exc)
 
@@ -185,8 +185,6 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
     ``jobs > 1`` predicts the records in that many processes (``predictor`` must then be a
     module-level function); the report is the same.
     """
-    from validation import predict as predict_mod
-
     predictor = predictor or predict_mod.predict
     model = model or predict_mod.model_name()
     records, duplicates = _dedupe(records)
@@ -209,9 +207,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                                f"{rec['environment'].get('gpu_name')!r}; pass --hardware")
         if name not in hw_cache:
             hw_cache[name] = load_hardware(name)
-        todo.append((rec, name, (predictor, AttentionProblem.from_dict(rec["problem"]),
-                                 Tiling.from_dict(rec["tiling"]), rec["schedule"],
-                                 hw_cache[name])))
+        todo.append((rec, name, (predictor, rec, hw_cache[name])))
     results = predict_mod.map_tasks(_predict_one, [task for _, _, task in todo], jobs)
     rows = []
     for (rec, name, _), (pred, refused) in zip(todo, results, strict=True):

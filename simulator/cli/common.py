@@ -45,6 +45,43 @@ def hardware_from_args(args: argparse.Namespace, name: str | None = None):
     return with_overrides(hw, getattr(args, "hardware_set", []))
 
 
+def add_compiled_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compiled-resources", action="store_true",
+        help="compile this schedule's Triton kernels ahead of time for the preset's GPU "
+             "(sm_90 or sm_80; needs the kernels extra: torch and triton; seconds per kernel) "
+             "and take their registers and shared memory for occupancy, not the estimate")
+
+
+def compiled_from_args(args: argparse.Namespace, problem, tiling, schedule: str, hw):
+    """Kernel name -> ``CompiledResources`` when ``--compiled-resources`` was given, else
+    None. ``ProblemError`` (one line) when the kernels cannot be compiled for this."""
+    if not getattr(args, "compiled_resources", False):
+        return None
+    from simulator.occupancy import CompiledResources
+    from traces.problem import ProblemError
+    from traces.schedules import build_schedule
+
+    try:
+        from kernels import resources
+    except ImportError as exc:
+        raise ProblemError(f"--compiled-resources needs torch and triton ({exc.name} is "
+                           "missing): pip install 'tilesim[kernels]'") from None
+    if hw.compute_capability not in resources.MAX_SHARED_BYTES:
+        raise ProblemError(f"--compiled-resources compiles for sm_80 or sm_90; {hw.name} has "
+                           f"compute capability {hw.compute_capability}")
+    names = [k.name for k in build_schedule(problem, tiling, schedule).kernels]
+    try:
+        rows = resources.schedule_resources(problem, tiling, names, hw.compute_capability)
+    except (ValueError, RuntimeError) as exc:
+        raise ProblemError(f"--compiled-resources: {exc}") from None
+    failed = [r for r in rows.values() if r.error]
+    if failed:
+        raise ProblemError(f"--compiled-resources: {failed[0].kernel} does not compile for "
+                           f"this tiling: {failed[0].error}")
+    return {name: CompiledResources(r.registers, r.shared_bytes) for name, r in rows.items()}
+
+
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:
     g = parser.add_argument_group("problem")
     if schedule:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from simulator.cli.common import (
+    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
+    compiled_from_args,
     hardware_from_args,
     print_json,
     problem_from_args,
@@ -19,6 +21,7 @@ def add_parser(sub) -> None:
     add_problem_args(p)
     add_tiling_args(p)
     p.add_argument("--json", action="store_true", help="print the prediction JSON")
+    add_compiled_arg(p)
     p.set_defaults(func=run)
 
 
@@ -26,7 +29,9 @@ def run(args) -> int:
     from simulator.prediction import count_prediction
 
     hw = hardware_from_args(args)
-    pred = count_prediction(problem_from_args(args), tiling_from_args(args), args.schedule, hw)
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
+    pred = count_prediction(problem, tiling, args.schedule, hw, compiled)
     if args.json:
         print_json(pred)
     else:

@@ -80,7 +80,10 @@ def counts_tables(pred: dict) -> list:
         ("exps / other FLOPs", f"{fmt_count(f['exp'])} / {fmt_count(f['other'])}"),
         ("arithmetic intensity", f"{pred['arithmetic_intensity']:.1f} FLOP/B (global)"),
         ("SRAM peak per CTA", fmt_bytes(pred["sram_peak_bytes_per_cta"])),
-        ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"])),
+        ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"]) + (
+            " (compiled registers, shared memory)"
+            if any(k.get("resources") == "compiled" for k in pred["kernels"])
+            else " (estimated registers)")),
         ("device memory (all tensors)", fmt_bytes(pred["device_memory_bytes"])),
         ("legal on this GPU", _legal(pred)),
     ]

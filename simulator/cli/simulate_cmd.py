@@ -10,10 +10,12 @@ A tiling whose CTA cannot fit on an SM is refused with one line and exit code 2.
 from __future__ import annotations
 
 from simulator.cli.common import (
+    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
     check_output_paths,
+    compiled_from_args,
     hardware_from_args,
     print_json,
     problem_from_args,
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
     add_tiling_args(p)
     p.add_argument("--json", action="store_true", help="print the prediction JSON")
     p.add_argument("--timeline", metavar="PATH", help="write a Chrome Trace Event file")
+    add_compiled_arg(p)
     p.add_argument("--mode", choices=("auto", "full", "aggregated"), default="auto",
                    help="full: an event per tile step; aggregated: CTAs as fluid jobs "
                         "(auto picks by size)")
@@ -40,8 +43,9 @@ def run(args) -> int:
 
     hw = hardware_from_args(args)
     check_output_paths(args.timeline)
-    pred, sim = predict(problem_from_args(args), tiling_from_args(args), args.schedule, hw,
-                        args.mode)
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
+    pred, sim = predict(problem, tiling, args.schedule, hw, args.mode, compiled)
     if args.timeline:
         from simulator.sim.timeline import write_chrome_trace
 

@@ -50,18 +50,22 @@ def dram_bytes(byte_counts: dict) -> int:
     return int(byte_counts["dram_read"]) + int(byte_counts["dram_write"])
 
 
-def _simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware):
+def _simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+              compiled=None):
     """``(prediction dict with "model", Simulation)``; ``ProblemError`` if it cannot run."""
     from simulator import sim
 
-    pred, simulation = sim.predict(problem, tiling, schedule, hw)
+    pred, simulation = sim.predict(problem, tiling, schedule, hw, compiled=compiled)
     pred["model"] = source()
     return pred, simulation
 
 
-def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware) -> dict:
-    """The simulator's prediction dict (``tilesim.prediction/1``) plus ``model``."""
-    return _simulate(problem, tiling, schedule, hw)[0]
+def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+            compiled=None) -> dict:
+    """The simulator's prediction dict (``tilesim.prediction/1``) plus ``model``
+    (``compiled``: the compiler's registers and shared memory by kernel name, as
+    ``validation.predict.predict``)."""
+    return _simulate(problem, tiling, schedule, hw, compiled)[0]
 
 
 PAIR = ("naive", "fa2")

@@ -42,6 +42,7 @@ class Simulation:
     runs: list  # KernelRun per kernel launch, in order
     mode: str
     wall_s: float  # seconds the simulation itself took (not the Python start-up)
+    compiled: dict | None = None  # kernel name -> CompiledResources, where given
 
     @property
     def time_s(self) -> float:
@@ -52,20 +53,22 @@ class Simulation:
         return sum(r.events for r in self.runs)
 
 
-def check_fits(schedule, hw: Hardware) -> None:
-    """Raise ``ProblemError`` (one line) if a CTA of some kernel cannot be resident at all."""
-    from simulator.occupancy import residency
+def check_fits(schedule, hw: Hardware, compiled=None) -> None:
+    """Raise ``ProblemError`` (one line) if a CTA of some kernel cannot be resident at all
+    (with the registers and shared memory of ``compiled``, by kernel name, where given)."""
+    from simulator.occupancy import kernel_residency
 
     for kernel in schedule.kernels:
-        res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
+        res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw,
+                               compiled)
         if res.ctas_per_sm > 0:
             continue
         t = schedule.tiling
         tiles = f"BM={t.block_m} BN={t.block_n} stages={t.num_stages} warps={t.num_warps}"
-        if kernel.sram_bytes > hw.smem_per_cta_max_bytes:
+        if res.smem_per_cta_bytes > hw.smem_per_cta_max_bytes:
             raise ProblemError(
                 f"tiling {tiles} does not fit on {hw.name}: {kernel.name} needs "
-                f"{kernel.sram_bytes / 1024:.1f} KiB of shared memory per CTA, the GPU allows "
+                f"{res.smem_per_cta_bytes / 1024:.1f} KiB of shared memory per CTA, the GPU allows "
                 f"{hw.smem_per_cta_max_bytes / 1024:.1f} KiB (try smaller blocks or fewer stages)"
             )
         if t.threads > hw.max_threads_per_sm:
@@ -82,9 +85,14 @@ def check_fits(schedule, hw: Hardware) -> None:
 
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-        mode: str = "auto") -> Simulation:
+        mode: str = "auto", compiled=None) -> Simulation:
     """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run
-    (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all)."""
+    (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all).
+
+    ``compiled`` maps kernel names to ``simulator.occupancy.CompiledResources``: the
+    registers and shared memory the compiler gave them, used for residency instead of the
+    estimate.
+    """
     from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
     from simulator.sim.program import schedule_programs
@@ -96,9 +104,9 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     started = time.perf_counter()
     check_device_memory(problem, tiling, schedule, hw)
     sched = build_schedule(problem, tiling, schedule)
-    check_fits(sched, hw)
+    check_fits(sched, hw, compiled)
     fast_numba_start()
-    programs = schedule_programs(sched, hw)
+    programs = schedule_programs(sched, hw, compiled=compiled)
     steps = sum(p.iterations + p.grid for p in programs)
     if mode == "auto":
         mode = "full" if steps <= FULL_MODE_MAX_STEPS else "aggregated"
@@ -109,23 +117,23 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
         from simulator.sim.fluid import FluidEngine as Engine
     runs = Engine(programs, hw, cache, tiling.num_stages).run()
     return Simulation(problem, tiling, schedule, hw, sched.tensor_names, runs, mode,
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, compiled)
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-            mode: str = "auto") -> tuple[dict, Simulation]:
+            mode: str = "auto", compiled=None) -> tuple[dict, Simulation]:
     """The full ``tilesim.prediction/1`` dict, and the simulation behind it."""
     from simulator.sim.results import fill_prediction
 
-    sim = run(problem, tiling, schedule, hw, mode)
+    sim = run(problem, tiling, schedule, hw, mode, compiled)
     return fill_prediction(sim), sim
 
 
 def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-             mode: str = "auto", timeline: bool = False) -> dict:
+             mode: str = "auto", timeline: bool = False, compiled=None) -> dict:
     """The full ``tilesim.prediction/1`` dict; with ``timeline`` also ``"timeline"``: the
     ``KernelRun`` of each launch (CTA start, end and slot; not JSON — pop it first)."""
-    pred, sim = predict(problem, tiling, schedule, hw, mode)
+    pred, sim = predict(problem, tiling, schedule, hw, mode, compiled)
     if timeline:
         pred["timeline"] = sim.runs
     return pred

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.hardware import Hardware
-from simulator.occupancy import Residency, residency
+from simulator.occupancy import Residency, kernel_residency
 from simulator.sim.compute import path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
@@ -156,9 +156,10 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
 
 
 def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
-                   compress: bool = True) -> KernelProgram:
-    """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop."""
-    res = residency(kernel, schedule.tiling, schedule.problem.head_dim, hw)
+                   compress: bool = True, compiled=None) -> KernelProgram:
+    """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop;
+    ``compiled``: the compiler's registers and shared memory by kernel name, where given."""
+    res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw, compiled)
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
@@ -172,12 +173,12 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
-        name=kernel.name, grid=kernel.grid, sram_bytes=kernel.sram_bytes, residency=res,
+        name=kernel.name, grid=kernel.grid, sram_bytes=res.smem_per_cta_bytes, residency=res,
         loop_count=loop_count, period=period, pre=pre, loop=loop, post=post,
         loop_first=periodic.loop_first, plane_offset=periodic.plane_offset[accesses],
     )
 
 
 def schedule_programs(schedule: Schedule, hw: Hardware, compress: bool = True,
-                      ) -> list[KernelProgram]:
-    return [kernel_program(k, schedule, hw, compress) for k in schedule.kernels]
+                      compiled=None) -> list[KernelProgram]:
+    return [kernel_program(k, schedule, hw, compress, compiled) for k in schedule.kernels]

@@ -56,7 +56,7 @@ def fill_prediction(sim: Simulation) -> dict:
     """The counts of ``count_prediction`` plus everything the simulation measured."""
     from simulator.prediction import count_prediction
 
-    pred = count_prediction(sim.problem, sim.tiling, sim.schedule, sim.hardware)
+    pred = count_prediction(sim.problem, sim.tiling, sim.schedule, sim.hardware, sim.compiled)
     votes: dict[str, float] = {}
     per_tensor = np.zeros((len(sim.tensor_names), 2), dtype=np.int64)
     for entry, run in zip(pred["kernels"], sim.runs, strict=True):
