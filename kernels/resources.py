@@ -330,12 +330,14 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     return out
 
 
-def schedule_resources(problem, tiling: Tiling, kernel_names: list[str], arch: int,
-                       workers: int | None = None) -> dict[str, KernelResources]:
-    """The compiled resources of the named kernels of one problem's schedule (the shape
-    constexprs from the problem: causal, naive softmax's row, decode's group rows), each
-    compiled once for ``arch`` in worker processes. ``ValueError`` if a kernel has no
-    twin or the problem's dtype or head_dim none that compiles."""
+def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], arch: int,
+                       workers: int | None = None,
+                       progress=None) -> list[dict[str, KernelResources]]:
+    """For each tiling, the compiled resources of the named kernels of one problem's
+    schedule (the shape constexprs from the problem: causal, naive softmax's row, decode's
+    group rows), each distinct kernel compiled once for ``arch`` in worker processes.
+    ``ValueError`` if a kernel has no twin or the problem's dtype or head_dim none that
+    compiles."""
     from kernels.common import SUPPORTED_HEAD_DIMS
 
     if problem.dtype not in _DTYPES:
@@ -347,8 +349,11 @@ def schedule_resources(problem, tiling: Tiling, kernel_names: list[str], arch: i
     shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
              "decode_rows": problem.group_size * problem.seq_q}
     rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
-                   head_dim=problem.head_dim, tilings=[tiling], workers=workers, **shape)
-    return {r.kernel: r for r in rows}
+                   head_dim=problem.head_dim, tilings=list(tilings), workers=workers,
+                   progress=progress, **shape)
+    # measure's order: kernel after kernel, each over every tiling.
+    return [{name: rows[k * len(tilings) + i] for k, name in enumerate(kernel_names)}
+            for i in range(len(tilings))]
 
 
 def _serve() -> None:

@@ -80,7 +80,7 @@ def test_cli_compiles_the_kernels_for_their_resources(capsys):
     code, out, err = _cli(argv, capsys)
     assert code == 0, err
     kernels = json.loads(out)["kernels"]
-    rows = schedule_resources(NAIVE, TILING, [k["name"] for k in kernels], 90)
+    (rows,) = schedule_resources(NAIVE, [TILING], [k["name"] for k in kernels], 90)
     sched = build_schedule(NAIVE, TILING, "naive")
     for k, kernel in zip(kernels, sched.kernels, strict=True):
         row = rows[k["name"]]
@@ -101,3 +101,41 @@ def test_cli_refuses_what_does_not_compile(capsys):
         code, _, err = _cli(["count", "--seq", "256", "--heads", "1", "--compiled-resources",
                              *extra], capsys)
         assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_sweep_rates_every_tiling_with_its_compiled_resources(capsys):
+    """``sweep --compiled-resources``: legality and occupancy of each candidate from its own
+    compile (d = 128, 4 stages at BN = 128 needs more shared memory than an SM has)."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("triton")
+    from kernels.resources import schedule_resources
+    from simulator.occupancy import residency
+    from traces.schedules import build_schedule
+
+    problem = AttentionProblem(batch=1, heads=2, seq_q=512, head_dim=128)
+    argv = ["sweep", "--hardware", "h200-sxm", "--heads", "2", "--seq", "512",
+            "--head-dim", "128", "--block-m", "128", "--block-n", "64,128",
+            "--stages", "2,4", "--warps", "8", "--jobs", "1", "--compiled-resources",
+            "--json"]
+    code, out, err = _cli(argv, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    tilings = [Tiling(128, bn, st, 8) for bn in (64, 128) for st in (2, 4)]
+    compiled = schedule_resources(problem, tilings, ["fa2_fwd"], 90)
+    expected = {}
+    for tiling, rows in zip(tilings, compiled, strict=True):
+        row = rows["fa2_fwd"]
+        kernel = build_schedule(problem, tiling, "fa2").kernels[0]
+        res = residency(kernel, tiling, 128, H200, row.registers, row.shared_bytes)
+        if res.ctas_per_sm:
+            expected[(tiling.block_n, tiling.num_stages)] = (res.ctas_per_sm,
+                                                             row.shared_bytes)
+    got = {(r["tiling"]["block_n"], r["tiling"]["num_stages"]):
+           (r["kernels"][0]["ctas_per_sm"], r["kernels"][0]["sram_bytes_per_cta"])
+           for r in doc["results"]}
+    assert got == expected
+    assert all(r["kernels"][0]["resources"] == "compiled" for r in doc["results"])
+    assert sum(doc["refused"].values()) == len(tilings) - len(expected) > 0

@@ -58,8 +58,17 @@ def compiled_from_args(args: argparse.Namespace, problem, tiling, schedule: str,
     None. ``ProblemError`` (one line) when the kernels cannot be compiled for this."""
     if not getattr(args, "compiled_resources", False):
         return None
+    (compiled,) = compile_resources(problem, [tiling], schedule, hw)
+    if isinstance(compiled, str):
+        raise ProblemError(f"--compiled-resources: {compiled}")
+    return compiled
+
+
+def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) -> list:
+    """For each tiling, kernel name -> ``CompiledResources`` of the schedule's Triton twins
+    compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
+    ``ProblemError`` (one line) when none can be compiled here at all."""
     from simulator.occupancy import CompiledResources
-    from traces.problem import ProblemError
     from traces.schedules import build_schedule
 
     try:
@@ -70,16 +79,19 @@ def compiled_from_args(args: argparse.Namespace, problem, tiling, schedule: str,
     if hw.compute_capability not in resources.MAX_SHARED_BYTES:
         raise ProblemError(f"--compiled-resources compiles for sm_80 or sm_90; {hw.name} has "
                            f"compute capability {hw.compute_capability}")
-    names = [k.name for k in build_schedule(problem, tiling, schedule).kernels]
+    names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
     try:
-        rows = resources.schedule_resources(problem, tiling, names, hw.compute_capability)
+        per_tiling = resources.schedule_resources(problem, tilings, names,
+                                                  hw.compute_capability, progress=progress)
     except (ValueError, RuntimeError) as exc:
         raise ProblemError(f"--compiled-resources: {exc}") from None
-    failed = [r for r in rows.values() if r.error]
-    if failed:
-        raise ProblemError(f"--compiled-resources: {failed[0].kernel} does not compile for "
-                           f"this tiling: {failed[0].error}")
-    return {name: CompiledResources(r.registers, r.shared_bytes) for name, r in rows.items()}
+    out = []
+    for rows in per_tiling:
+        failed = [r for r in rows.values() if r.error]
+        out.append(f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
+                   if failed else {name: CompiledResources(r.registers, r.shared_bytes)
+                                   for name, r in rows.items()})
+    return out
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

@@ -9,6 +9,8 @@ tilings of one sweep use the same engine (aggregated as soon as one needs it), s
 times compare like with like. Prints the ranked table (best marked; how many tilings lie
 within ``TIE`` of the best, since a tie leaves the choice free), ``--plot`` writes a
 heatmap of the best time per (block_m, block_n) cell, ``--json`` prints every result.
+``--compiled-resources`` first compiles every candidate's kernels ahead of time (minutes
+for a full sweep) and rates each tiling with its real registers and shared memory.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import os
 import sys
 
 from simulator.cli.common import (
+    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     check_counts,
+    compile_resources,
     hardware_from_args,
     print_json,
     problem_from_args,
@@ -34,6 +38,7 @@ BLOCKS = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3, 4, 5)
 WARPS = (4, 8)
 MEMORY_REASON = "need more device memory than the GPU has"
+COMPILE_REASON = "do not compile (--compiled-resources)"
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -63,6 +68,7 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", metavar="PATH",
                    help="heatmap of the best time per block shape (.png or .svg)")
     p.add_argument("--top", type=int, default=20, help="rows of the ranked table (default 20)")
+    add_compiled_arg(p)
     p.add_argument("--jobs", type=int, default=None,
                    help="worker processes (default and at most: the cores)")
     p.add_argument("--mode", choices=("auto", "full", "aggregated"), default="auto")
@@ -89,19 +95,24 @@ def candidate_tilings(args, problem) -> list:
     return [Tiling(bm, bn, st, w, sp) for bm, bn, st, w, sp in axes]
 
 
-def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
+def legal_tilings(problem, schedule: str, hw, tilings, compiled=None) -> tuple[list, dict]:
     """The tilings that run, and why the others do not (reason -> count). If none runs
     for one reason that is not the tiling's (the tensors outgrow device memory, the schedule
-    has no such pass), raises that error alone."""
+    has no such pass), raises that error alone. ``compiled[i]``: tiling ``i``'s compiled
+    resources (kernel name -> ``CompiledResources``), or why it does not compile."""
     from simulator.device_memory import DeviceMemoryError, check_device_memory
     from simulator.sim import check_fits
     from traces.schedules import build_schedule
 
     legal, refused, too_large, problem_errors = [], {}, None, set()
-    for tiling in tilings:
+    for i, tiling in enumerate(tilings):
+        resources = compiled[i] if compiled else None
+        if isinstance(resources, str):
+            refused[COMPILE_REASON] = refused.get(COMPILE_REASON, 0) + 1
+            continue
         try:
             check_device_memory(problem, tiling, schedule, hw)
-            check_fits(build_schedule(problem, tiling, schedule), hw)
+            check_fits(build_schedule(problem, tiling, schedule), hw, resources)
         except DeviceMemoryError as exc:
             too_large = exc
             refused[MEMORY_REASON] = refused.get(MEMORY_REASON, 0) + 1
@@ -112,7 +123,7 @@ def legal_tilings(problem, schedule: str, hw, tilings) -> tuple[list, dict]:
             if reason == str(exc):  # not a kind of tiling's refusal: the problem's own
                 problem_errors.add(reason)
             continue
-        legal.append(tiling)
+        legal.append((tiling, resources) if compiled else tiling)
     if not legal and list(refused) == [MEMORY_REASON]:
         raise too_large
     if not legal and len(refused) == 1 and next(iter(refused)) in problem_errors:
@@ -145,23 +156,25 @@ def sweep_mode(problem, schedule: str, tilings, requested: str) -> str:
 
 
 def _simulate_one(job: tuple) -> dict:
-    problem, tiling, schedule, hw, mode = job
+    problem, tiling, schedule, hw, mode, compiled = job
     from simulator.sim import predict
 
     try:
-        pred, _ = predict(problem, tiling, schedule, hw, mode)
+        pred, _ = predict(problem, tiling, schedule, hw, mode, compiled)
     except ProblemError as exc:
         return {"tiling": tiling.to_dict(), "error": str(exc)}
     return pred
 
 
 def run_sweep(problem, schedule: str, hw, tilings, mode: str, jobs: int,
-              progress: bool = True) -> list[dict]:
-    """Simulate ``tilings`` (in parallel when ``jobs > 1``); results ranked by time."""
+              progress: bool = True, compiled=None) -> list[dict]:
+    """Simulate ``tilings`` (in parallel when ``jobs > 1``; ``compiled[i]``: tiling
+    ``i``'s compiled resources, if given); results ranked by time."""
     from simulator.sim import run
     from simulator.sim.warmup import fast_numba_start
 
-    work = [(problem, t, schedule, hw, mode) for t in tilings]
+    work = [(problem, t, schedule, hw, mode, compiled[i] if compiled else None)
+            for i, t in enumerate(tilings)]
     results = []
     bar = None
     if jobs > 1 and len(work) > 1:
@@ -195,6 +208,23 @@ def run_sweep(problem, schedule: str, hw, tilings, mode: str, jobs: int,
     return sorted(results, key=_rank_key)
 
 
+def _compile_progress():
+    """A ``progress(done, total)`` for the compiles, on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    state = {}
+
+    def progress(done: int, total: int) -> None:
+        if "bar" not in state:
+            state["bar"] = _progress(total, "compiling kernels")
+        bar, task = state["bar"]
+        bar.update(task, completed=done)
+        if done == total:
+            bar.stop()
+
+    return progress
+
+
 def _rank_key(result: dict):
     t = result["tiling"]
     time_s = result.get("time_s")
@@ -202,7 +232,7 @@ def _rank_key(result: dict):
             t["num_warps"], t["split_kv"])
 
 
-def _progress(total: int):
+def _progress(total: int, what: str = "simulating tilings"):
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -215,7 +245,7 @@ def _progress(total: int):
     bar = Progress("[progress.description]{task.description}", BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                    console=Console(stderr=True), transient=True)
-    task = bar.add_task("simulating tilings", total=total)
+    task = bar.add_task(what, total=total)
     bar.start()
     return bar, task
 
@@ -226,7 +256,13 @@ def run(args) -> int:
     check_plot_path(args.plot)
     problem = problem_from_args(args)
     tilings = candidate_tilings(args, problem)
-    legal, refused = legal_tilings(problem, args.schedule, hw, tilings)
+    compiled = None
+    if args.compiled_resources:
+        compiled = compile_resources(problem, tilings, args.schedule, hw,
+                                     progress=_compile_progress())
+    legal, refused = legal_tilings(problem, args.schedule, hw, tilings, compiled)
+    if compiled:
+        legal, compiled = [t for t, _ in legal], [c for _, c in legal]
     if not legal:
         reasons = "; ".join(f"{n} {r}" for r, n in refused.items())
         raise ProblemError(f"no legal tiling among the {len(tilings)} candidates ({reasons})")
@@ -236,7 +272,7 @@ def run(args) -> int:
     cores = os.cpu_count() or 1
     jobs = min(args.jobs or cores, cores, len(legal))
     results = run_sweep(problem, args.schedule, hw, legal, mode, jobs,
-                        progress=sys.stderr.isatty() or not args.json)
+                        progress=sys.stderr.isatty() or not args.json, compiled=compiled)
     if args.plot:
         write_heatmap(results, args.plot, decode=args.schedule == "decode")
     if args.json:
@@ -284,6 +320,9 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
             notes.append(OPERAND_CAVEAT)
     if refused:
         notes.append("left out: " + "; ".join(f"{n} {r}" for r, n in refused.items()))
+    if args.compiled_resources:
+        notes.append(f"SRAM/CTA and CTAs/SM from the kernels compiled for "
+                     f"sm_{hw.compute_capability}")
     table.caption = "; ".join(notes) or None
     print_tables([table])
 
