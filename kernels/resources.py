@@ -132,17 +132,18 @@ def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
 
 
 def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
-               seq_kv: int = 4096, decode_rows: int = 16) -> dict:
+               seq_kv: int = 4096, decode_rows: int = 16, seq_q: int = 1) -> dict:
     """The constexpr values a launch of ``kernel`` would use for this tiling.
 
     ``seq_kv`` sets naive_softmax's row width (the whole row is one register tile);
-    ``decode_rows`` is the decode group tile, G*Nq rows, padded to a power of two.
+    ``decode_rows`` is decode_split's group tile, G*Nq rows, padded to a power of two;
+    ``seq_q`` decode_reduce's query rows (Nq, padded), as ``kernels.decode`` launches them.
     """
     values = {"BLOCK_M": tiling.block_m, "BLOCK_N": tiling.block_n, "HEAD_DIM": head_dim,
               "CAUSAL": causal, "DOT_FP32": False,
               "ROW": pow2_at_least(seq_kv, 16),
               "BLOCK_R": pow2_at_least(decode_rows, 16),
-              "BLOCK_Q": pow2_at_least(min(decode_rows, 16))}
+              "BLOCK_Q": pow2_at_least(seq_q)}
     return {name: values[name] for name in _constexpr_names(kernel)}
 
 
@@ -347,7 +348,7 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
         raise ValueError(f"the Triton kernels take head_dim in {SUPPORTED_HEAD_DIMS}, "
                          f"not {problem.head_dim}")
     shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
-             "decode_rows": problem.group_size * problem.seq_q}
+             "decode_rows": problem.group_size * problem.seq_q, "seq_q": problem.seq_q}
     rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
                    head_dim=problem.head_dim, tilings=list(tilings), workers=workers,
                    progress=progress, **shape)

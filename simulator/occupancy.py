@@ -67,11 +67,12 @@ def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
     smem = kernel.sram_bytes if smem_bytes is None else smem_bytes
     regs = registers_per_thread or estimated_registers_per_thread(
         kernel, tiling, head_dim, hw.max_registers_per_thread)
+    allocated = -(-regs // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
     if smem > hw.smem_per_cta_max_bytes:
         return Residency(0, "does not fit", smem, regs)
     limits = {
         "smem": hw.smem_per_sm_bytes // (smem + SMEM_RESERVED_PER_CTA_BYTES),
-        "registers": hw.registers_per_sm // (regs * tiling.threads),
+        "registers": hw.registers_per_sm // (allocated * tiling.threads),
         "threads": hw.max_threads_per_sm // tiling.threads,
         "ctas": hw.max_ctas_per_sm,
     }

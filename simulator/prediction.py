@@ -31,7 +31,7 @@ def tool_version() -> str:
         return "0.1.0+source"
 
 
-def _kernel_entry(count: KernelCount, res, compiled: bool) -> dict:
+def _kernel_entry(count: KernelCount, res, resources: str) -> dict:
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -45,9 +45,23 @@ def _kernel_entry(count: KernelCount, res, compiled: bool) -> dict:
         "ctas_per_sm": res.ctas_per_sm,
         "residency_limited_by": res.limited_by,
         "registers_per_thread": res.registers_per_thread,
-        "resources": "compiled" if compiled else "estimated",
+        "resources": resources,
         "legal": res.ctas_per_sm > 0,
     }
+
+
+def resources_source(compiled, name: str) -> str:
+    """Where a kernel's registers and shared memory came from: ``"compiled"`` (both),
+    ``"compiled shared memory"`` or ``"compiled registers"`` (one; the other estimated), or
+    ``"estimated"``."""
+    given = (compiled or {}).get(name)
+    registers = bool(given and given.registers_per_thread)
+    shared = bool(given and given.shared_bytes is not None)
+    if registers and shared:
+        return "compiled"
+    if registers or shared:
+        return "compiled registers" if registers else "compiled shared memory"
+    return "estimated"
 
 
 def count_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str,
@@ -72,7 +86,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
     kernels, per_tensor = [], {}
     for kernel, count in zip(sched.kernels, counts, strict=True):
         res = kernel_residency(kernel, tiling, problem.head_dim, hw, compiled)
-        kernels.append(_kernel_entry(count, res, bool(compiled and kernel.name in compiled)))
+        kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name)))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})

@@ -139,3 +139,72 @@ def test_sweep_rates_every_tiling_with_its_compiled_resources(capsys):
     assert got == expected
     assert all(r["kernels"][0]["resources"] == "compiled" for r in doc["results"])
     assert sum(doc["refused"].values()) == len(tilings) - len(expected) > 0
+
+
+def test_compiled_registers_are_allocated_in_units_of_eight():
+    """100 registers per thread take 104 on the SM: 65536 / (104 x 128) = 4 CTAs, not 5."""
+    from simulator.occupancy import residency
+    from traces.schedules import build_schedule
+
+    kernel = build_schedule(NAIVE, TILING, "naive").kernels[0]
+    res = residency(kernel, TILING, 64, H200, registers_per_thread=100, smem_bytes=1000)
+    assert (res.ctas_per_sm, res.limited_by, res.registers_per_thread) == (4, "registers",
+                                                                           100)
+
+
+def test_the_label_says_which_resources_were_compiled():
+    from simulator.prediction import count_prediction
+
+    def label(given):
+        pred = count_prediction(NAIVE, TILING, "fa2", H200, {"fa2_fwd": given})
+        return pred["kernels"][0]["resources"]
+
+    assert label(CompiledResources(None, None)) == "estimated"
+    assert label(CompiledResources(0, None)) == "estimated"  # 0 registers: no count
+    assert label(CompiledResources(None, 40960)) == "compiled shared memory"
+    assert label(CompiledResources(128, None)) == "compiled registers"
+    assert label(CompiledResources(128, 40960)) == "compiled"
+
+
+def test_facts_of_another_architecture_are_not_used():
+    """A record's compile says nothing of another GPU: predicted on an A100 preset, an
+    H200 record's facts are left out (the estimate stands)."""
+    from simulator.hardware import load_hardware
+
+    rec = {"problem": NAIVE.to_dict(), "tiling": TILING.to_dict(), "schedule": "naive",
+           "environment": {"gpu_capability": "9.0"},
+           "kernel_facts": [{"name": "naive_qk", "shared_bytes": 16384, "registers": 60}]}
+    assert compiled_resources(rec, H200) == {"naive_qk": CompiledResources(60, 16384)}
+    assert compiled_resources(rec, load_hardware("a100-sxm4-80gb")) is None
+
+
+def test_compiled_registers_above_the_preset_cap_are_refused(monkeypatch):
+    """A what-if that lowers max_registers_per_thread cannot keep a compile made for 255."""
+    import pytest
+
+    from kernels import resources
+    from simulator.cli.common import compile_resources
+    from simulator.hardware import with_overrides
+    from traces.problem import ProblemError
+
+    row = resources.KernelResources(kernel="fa2_fwd", arch=90, dtype="bf16", head_dim=64,
+                                    block_m=64, block_n=64, num_stages=2, num_warps=4,
+                                    shared_bytes=40960, registers=200, spill_bytes=0)
+    monkeypatch.setattr(resources, "schedule_resources",
+                        lambda problem, tilings, names, arch, progress=None:
+                        [{"fa2_fwd": row} for _ in tilings])
+    capped = with_overrides(H200, ["max_registers_per_thread=128"])
+    with pytest.raises(ProblemError, match="200 registers per thread, above"):
+        compile_resources(NAIVE, [TILING], "fa2", capped)
+    (ok,) = compile_resources(NAIVE, [TILING], "fa2", H200)
+    assert ok == {"fa2_fwd": CompiledResources(200, 40960)}
+
+
+def test_decode_reduce_compiles_with_the_rows_it_launches_with():
+    """kernels.decode launches decode_reduce with BLOCK_Q = Nq padded (1 for decoding),
+    whatever the group size; decode_split with the group's G*Nq rows (at least 16)."""
+    from kernels.resources import constexprs
+
+    assert constexprs("decode_reduce", 64, TILING, decode_rows=8, seq_q=1)["BLOCK_Q"] == 1
+    assert constexprs("decode_reduce", 64, TILING, decode_rows=24, seq_q=3)["BLOCK_Q"] == 4
+    assert constexprs("decode_split", 64, TILING, decode_rows=24, seq_q=3)["BLOCK_R"] == 32

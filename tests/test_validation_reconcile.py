@@ -293,3 +293,28 @@ def test_fallback_hardware_serves_only_the_records_without_a_preset():
         h100["record_id"]: "h100-sxm5", "mi300x": "h200-sxm"}
     forced = reconcile([h100, other], predictor=names_the_hardware, hardware="h200-sxm")
     assert {r["hardware"] for r in forced["rows"]} == {"h200-sxm"}
+
+
+def test_reconcile_says_which_records_had_their_compiled_occupancy():
+    """Each row says whether its kernels were predicted with the device compile's registers
+    and shared memory (``kernel_facts``) or the model's estimate; the summary counts them.
+    SYNTHETIC facts; the predictor labels its kernels as the simulator does."""
+    from simulator.prediction import resources_source
+
+    def labelled(problem, tiling, schedule, hw, compiled=None):
+        pred = stub(problem, tiling, schedule, hw)
+        pred["kernels"] = [{"name": "fa2_fwd",
+                            "resources": resources_source(compiled, "fa2_fwd")}]
+        return pred
+
+    recs = synthetic_records()
+    recs[0]["kernel_facts"] = [{"name": "fa2_fwd", "shared_bytes": 40960, "registers": 128}]
+    recs[1]["kernel_facts"] = [{"name": "fa2_fwd", "shared_bytes": 40960, "registers": None}]
+    report = reconcile(recs, predictor=labelled, model="stub")
+    by_id = {r["record_id"]: r["occupancy_from"] for r in report["rows"]}
+    assert by_id[recs[0]["record_id"]] == "compiled"
+    assert by_id[recs[1]["record_id"]] == "mixed"  # shared memory compiled, registers not
+    assert report["summary"]["occupancy_from"] == {"compiled": 1, "estimated": 4,
+                                                   "mixed": 1}
+    line = next(x for x in target_lines(report) if x.startswith("occupancy:"))
+    assert line.startswith("occupancy: 1 records predicted with the registers")

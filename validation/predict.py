@@ -34,14 +34,20 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     return simulate(problem, tiling, schedule, hw, compiled=compiled)[0]
 
 
-def compiled_resources(rec: dict) -> dict | None:
+def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
-    compile's registers and shared memory); None if it has neither for any kernel."""
+    compile's registers and shared memory); None if it has neither for any kernel, or if
+    ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
+    of another's). A register count of 0 is no count."""
     from simulator.occupancy import CompiledResources
 
+    capability = (rec.get("environment") or {}).get("gpu_capability")
+    if hw is not None and capability and capability.replace(".", "") != str(
+            hw.compute_capability):
+        return None
     found = {}
     for fact in rec.get("kernel_facts") or ():
-        registers, shared = fact.get("registers"), fact.get("shared_bytes")
+        registers, shared = fact.get("registers") or None, fact.get("shared_bytes")
         if registers is not None or shared is not None:
             found[fact["name"]] = CompiledResources(
                 None if registers is None else int(registers),
@@ -53,7 +59,7 @@ def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
     """``predictor``'s prediction for a Triton record, with the record's compiled resources
     (``compiled=``; None where it has none)."""
     return predictor(AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"]),
-                     rec["schedule"], hw, compiled=compiled_resources(rec))
+                     rec["schedule"], hw, compiled=compiled_resources(rec, hw))
 
 
 def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:

@@ -73,6 +73,15 @@ def _measured(rec: dict) -> dict:
             "l2": _sum(c.get("l2_read_bytes"), c.get("l2_write_bytes")) if c else None}
 
 
+def _occupancy_from(pred: dict) -> str:
+    """``"compiled"`` when every kernel was predicted with the compile's registers and
+    shared memory (the record's ``kernel_facts``), ``"estimated"`` when none was (or the
+    predictor does not say), else ``"mixed"``."""
+    kinds = {k.get("resources", "estimated") for k in pred.get("kernels") or ()}
+    return ("compiled" if kinds == {"compiled"}
+            else "estimated" if kinds <= {"estimated"} else "mixed")
+
+
 def _predicted(pred: dict) -> dict:
     b = pred["bytes"]
     return {"time": pred.get("time_s"), "dram": _sum(b.get("dram_read"), b.get("dram_write")),
@@ -225,6 +234,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "operand_demand": operand_demand(rec),
                      "operand_limit": _operand_limit(hw_cache[name], rec["problem"]["dtype"]),
                      "bound": pred.get("bound"),
+                     "occupancy_from": _occupancy_from(pred),
                      "synthetic": bool(rec.get("synthetic"))})
     groups, kernels = defaultdict(list), defaultdict(list)
     for r in rows:
@@ -276,6 +286,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
             "regret_max_pct": max(regrets) if regrets else None,
             "by_operand_demand": by_operand_demand(rows),
+            "occupancy_from": {source: sum(r["occupancy_from"] == source for r in rows)
+                               for source in ("compiled", "estimated", "mixed")},
             "ties": {"n": len(ties),
                      "max_abs_measured_pct": max(map(abs, ties)) if ties else None,
                      "apart": sum(abs(t) > TARGETS["regret_max_pct"] for t in ties)},

@@ -39,6 +39,7 @@ KERNEL_COUNTER_KEYS = tuple(METRICS.values())
 COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
 FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
              "wgmma_smem_bytes_per_flop_max")
+COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes")
 
 
 class RecordError(ProblemError):
@@ -172,6 +173,11 @@ def validate_record(rec: object) -> None:
             _number(counters.get(key), f"counters.{key}", optional=True)
         _objects(counters.get("kernels"), "counters.kernels", KERNEL_COUNTER_KEYS)
     _objects(rec.get("kernel_facts"), "kernel_facts", FACT_KEYS)
+    for i, fact in enumerate(rec.get("kernel_facts") or ()):
+        for key in COUNT_FACT_KEYS:  # what a compiler counts is whole
+            if fact.get(key) is not None and not isinstance(fact[key], int):
+                raise RecordError(f'"kernel_facts[{i}].{key}" must be an integer or null, '
+                                  f"got {fact[key]!r}")
     correctness = rec.get("correctness")
     if not isinstance(correctness, dict):
         raise RecordError('"correctness" must be an object')

@@ -122,6 +122,12 @@ def target_lines(report: dict) -> list[str]:
                  (("over the limit:", demand["over"]), ("within:", demand["within"]))]
         lines.append("records by what their wgmma ask of shared memory (left out of the "
                      "model): " + "; ".join(parts))
+    source = summ.get("occupancy_from") or {}
+    if any(source.values()):
+        lines.append(f"occupancy: {source['compiled']} records predicted with the registers "
+                     f"and shared memory of the device's compile (kernel_facts), "
+                     f"{source['estimated']} with the model's estimate, {source['mixed']} "
+                     "partly")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())

@@ -87,6 +87,11 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
         raise ProblemError(f"--compiled-resources: {exc}") from None
     out = []
     for rows in per_tiling:
+        over = [r for r in rows.values() if (r.registers or 0) > hw.max_registers_per_thread]
+        if over:
+            raise ProblemError(f"--compiled-resources: {over[0].kernel} compiles to "
+                               f"{over[0].registers} registers per thread, above {hw.name}'s "
+                               f"max_registers_per_thread {hw.max_registers_per_thread}")
         failed = [r for r in rows.values() if r.error]
         out.append(f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
                    if failed else {name: CompiledResources(r.registers, r.shared_bytes)

@@ -33,6 +33,16 @@ def fmt_time(s: float | None) -> str:
     return f"{s * 1e6:.2f} us"
 
 
+def _resources(pred: dict) -> str:
+    """Where the kernels' registers and shared memory came from, in a few words."""
+    kinds = {k.get("resources", "estimated") for k in pred["kernels"]}
+    if kinds == {"compiled"}:
+        return "compiled registers and shared memory"
+    if kinds == {"estimated"}:
+        return "estimated registers"
+    return "registers and shared memory " + ", ".join(sorted(kinds)) + " by kernel"
+
+
 def counts_tables(pred: dict) -> list:
     """Tables for the counts of a prediction: per kernel, per tensor, summary."""
     from rich.table import Table
@@ -80,10 +90,7 @@ def counts_tables(pred: dict) -> list:
         ("exps / other FLOPs", f"{fmt_count(f['exp'])} / {fmt_count(f['other'])}"),
         ("arithmetic intensity", f"{pred['arithmetic_intensity']:.1f} FLOP/B (global)"),
         ("SRAM peak per CTA", fmt_bytes(pred["sram_peak_bytes_per_cta"])),
-        ("CTAs per SM (main kernel)", str(pred["ctas_per_sm"]) + (
-            " (compiled registers, shared memory)"
-            if any(k.get("resources") == "compiled" for k in pred["kernels"])
-            else " (estimated registers)")),
+        ("CTAs per SM (main kernel)", f"{pred['ctas_per_sm']} ({_resources(pred)})"),
         ("device memory (all tensors)", fmt_bytes(pred["device_memory_bytes"])),
         ("legal on this GPU", _legal(pred)),
     ]
