@@ -208,3 +208,22 @@ def test_decode_reduce_compiles_with_the_rows_it_launches_with():
     assert constexprs("decode_reduce", 64, TILING, decode_rows=8, seq_q=1)["BLOCK_Q"] == 1
     assert constexprs("decode_reduce", 64, TILING, decode_rows=24, seq_q=3)["BLOCK_Q"] == 4
     assert constexprs("decode_split", 64, TILING, decode_rows=24, seq_q=3)["BLOCK_R"] == 32
+
+
+def test_compare_takes_both_schedules_compiled_resources(capsys):
+    import json
+
+    import pytest
+
+    pytest.importorskip("triton")
+    argv = ["compare", "--hardware", "h200-sxm", "--heads", "2", "--seq", "256",
+            "--head-dim", "64", "--block-m", "64", "--block-n", "64", "--compiled-resources",
+            "--json"]
+    code, out, err = _cli(argv, capsys)
+    assert code == 0, err
+    preds = json.loads(out)
+    kernels = [k for name in ("naive", "fa2") for k in preds[name]["kernels"]]
+    assert [k["name"] for k in kernels] == ["naive_qk", "naive_softmax", "naive_pv",
+                                           "fa2_fwd"]
+    assert all(k["resources"] == "compiled" for k in kernels)
+    assert kernels[1]["registers_per_thread"] < 64 and kernels[1]["ctas_per_sm"] == 16

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from simulator.cli.common import (
+    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
+    compiled_from_args,
     hardware_from_args,
     print_json,
     problem_from_args,
@@ -19,6 +21,7 @@ def add_parser(sub) -> None:
     add_problem_args(p, schedule=False)
     add_tiling_args(p)
     p.add_argument("--json", action="store_true", help="print both predictions as JSON")
+    add_compiled_arg(p)
     p.set_defaults(func=run)
 
 
@@ -57,6 +60,8 @@ def render(preds: dict) -> None:
               for p in (naive, fa2)]
     table.add_row("TFLOP/s (paper convention)",
                   *(f"{t:,.0f}" if t is not None else "-" for t in tflops), "")
+    if all(k.get("resources") == "compiled" for p in (naive, fa2) for k in p["kernels"]):
+        table.caption = "occupancy from the compiled kernels' registers and shared memory"
     console = output_console()
     console.print(table)
     for name in preds:
@@ -72,10 +77,12 @@ def _intermediate_bytes(pred: dict) -> int:
 
 
 def run(args) -> int:
-    from simulator.explain.model import predict_pair
+    from simulator.explain.model import PAIR, predict_pair
 
     hw = hardware_from_args(args)
-    preds = predict_pair(problem_from_args(args), tiling_from_args(args), hw)
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    compiled = {name: compiled_from_args(args, problem, tiling, name, hw) for name in PAIR}
+    preds = predict_pair(problem, tiling, hw, compiled)
     if args.json:
         print_json(preds)
     else:

@@ -71,8 +71,10 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
 PAIR = ("naive", "fa2")
 
 
-def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware) -> dict:
-    """Naive attention's and FlashAttention-2's predictions (``PAIR`` order).
+def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware,
+                 compiled: dict | None = None) -> dict:
+    """Naive attention's and FlashAttention-2's predictions (``PAIR`` order); ``compiled``
+    maps a schedule to its kernels' compiled resources, where given.
 
     Naive attention's S and P outgrow device memory long before FlashAttention's tensors
     do. Then naive keeps its exact counts, untimed (``time_s`` and its DRAM bytes ``None``,
@@ -85,11 +87,12 @@ def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware) -> dic
     preds = {}
     for name in PAIR:
         try:
-            preds[name] = predict(problem, tiling, name, hw)
+            preds[name] = predict(problem, tiling, name, hw, (compiled or {}).get(name))
         except DeviceMemoryError as exc:
             if name != "naive":
                 raise
-            preds[name] = count_prediction(problem, tiling, name, hw)
+            preds[name] = count_prediction(problem, tiling, name, hw,
+                                           (compiled or {}).get(name))
             preds[name]["model"] = source()
             preds[name]["note"] = str(exc)
     return preds
