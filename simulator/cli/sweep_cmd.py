@@ -123,7 +123,7 @@ def legal_tilings(problem, schedule: str, hw, tilings, compiled=None) -> tuple[l
             if reason == str(exc):  # not a kind of tiling's refusal: the problem's own
                 problem_errors.add(reason)
             continue
-        legal.append((tiling, resources) if compiled else tiling)
+        legal.append(tiling)
     if not legal and list(refused) == [MEMORY_REASON]:
         raise too_large
     if not legal and len(refused) == 1 and next(iter(refused)) in problem_errors:
@@ -262,7 +262,8 @@ def run(args) -> int:
                                      progress=_compile_progress())
     legal, refused = legal_tilings(problem, args.schedule, hw, tilings, compiled)
     if compiled:
-        legal, compiled = [t for t, _ in legal], [c for _, c in legal]
+        of_tiling = dict(zip(tilings, compiled, strict=True))
+        compiled = [of_tiling[t] for t in legal]
     if not legal:
         reasons = "; ".join(f"{n} {r}" for r, n in refused.items())
         raise ProblemError(f"no legal tiling among the {len(tilings)} candidates ({reasons})")
