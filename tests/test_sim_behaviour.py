@@ -47,7 +47,12 @@ def test_fa2_beats_naive_by_a_growing_factor(naive_and_fa2):
     speedups = [naive["time_s"] / fa2["time_s"] for naive, fa2 in naive_and_fa2.values()]
     assert speedups[0] > 1
     assert all(b > a for a, b in zip(speedups, speedups[1:], strict=False))
-    assert speedups[-1] > 4
+    # At N = 8192 naive moves ~1.07 GB, 357 us at the effective HBM rate, against FA2's one
+    # wave of 128 tensor-bound CTAs (~107 us): a factor above 3 by the bytes alone.
+    assert speedups[-1] > 3
+    for naive, _ in naive_and_fa2.values():  # never faster than its DRAM bytes allow
+        dram = naive["bytes"]["dram_read"] + naive["bytes"]["dram_write"]
+        assert naive["time_s"] >= dram / HW.hbm_effective_bytes_per_s
 
 
 def test_fa2_long_sequence_is_compute_bound():

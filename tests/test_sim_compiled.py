@@ -53,6 +53,21 @@ def test_records_are_predicted_with_their_kernel_facts():
     assert seen == [compiled_resources(rec), None]
 
 
+def test_facts_of_a_kernel_the_schedule_does_not_launch_refuse_the_record():
+    """Facts naming another schedule's kernel belong to another config: the record is not
+    predicted with them, nor silently without them."""
+    import pytest
+
+    from traces.problem import ProblemError
+
+    rec = {"problem": NAIVE.to_dict(), "tiling": TILING.to_dict(), "schedule": "naive",
+           "kernel_facts": [{"name": "naive_qk", "registers": 60},
+                            {"name": "fa2_fwd", "registers": 128}]}
+    with pytest.raises(ProblemError, match="name fa2_fwd, which naive fwd does not launch "
+                                           r"\(naive_pv, naive_qk, naive_softmax\)"):
+        predict_record(lambda *a, **k: {"time_s": 1.0}, rec, H200)
+
+
 def _cli(argv, capsys):
     import simulator.cli as cli
 

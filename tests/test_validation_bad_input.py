@@ -78,6 +78,8 @@ BAD_FIELDS = [
      r'"kernel_facts\[0\]\.registers" must be an integer or null, got 227\.9'),
     ("kernel_facts", [{"name": "fa2_fwd", "shared_bytes": 1.5}],
      r'"kernel_facts\[0\]\.shared_bytes" must be an integer'),
+    ("kernel_facts", [{"name": "fa2_fwd", "registers": 128}, {"name": "fa2_fwd"}],
+     r'"kernel_facts" lists fa2_fwd more than once'),
     ("environment.gpu_name", 5, r'"environment\.gpu_name" must be a string or null'),
     ("environment.date_utc", 5, r'"environment\.date_utc" must be a string or null'),
     ("problem", "abc", r'"problem" must be an object, got a string'),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from simulator.hardware import Hardware
-from traces.problem import AttentionProblem
+from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 
 # predictor(problem, tiling, schedule, hw, compiled=None) -> tilesim.prediction/1 dict
@@ -57,9 +57,21 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
 
 def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
     """``predictor``'s prediction for a Triton record, with the record's compiled resources
-    (``compiled=``; None where it has none)."""
-    return predictor(AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"]),
-                     rec["schedule"], hw, compiled=compiled_resources(rec, hw))
+    (``compiled=``; None where it has none). ``ProblemError`` if its ``kernel_facts`` name a
+    kernel the record's schedule does not launch (they belong to another config)."""
+    from traces.schedules import build_schedule
+
+    problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"])
+    named = {fact["name"] for fact in rec.get("kernel_facts") or ()}
+    if named:
+        launched = {k.name for k in build_schedule(problem, tiling, rec["schedule"]).kernels}
+        stray = sorted(named - launched)
+        if stray:
+            raise ProblemError(f"kernel_facts name {', '.join(stray)}, which "
+                               f"{rec['schedule']} {problem.pass_} does not launch "
+                               f"({', '.join(sorted(launched))})")
+    return predictor(problem, tiling, rec["schedule"], hw,
+                     compiled=compiled_resources(rec, hw))
 
 
 def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:

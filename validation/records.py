@@ -21,11 +21,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.cli.common import new_file_mode
+from simulator.cli.common import write_atomically
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 from validation.ncu import METRICS
@@ -173,6 +172,10 @@ def validate_record(rec: object) -> None:
             _number(counters.get(key), f"counters.{key}", optional=True)
         _objects(counters.get("kernels"), "counters.kernels", KERNEL_COUNTER_KEYS)
     _objects(rec.get("kernel_facts"), "kernel_facts", FACT_KEYS)
+    names = [fact["name"] for fact in rec.get("kernel_facts") or ()]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # one compile per kernel: two facts for one would contradict each other
+        raise RecordError(f'"kernel_facts" lists {", ".join(twice)} more than once')
     for i, fact in enumerate(rec.get("kernel_facts") or ()):
         for key in COUNT_FACT_KEYS:  # what a compiler counts is whole
             if fact.get(key) is not None and not isinstance(fact[key], int):
@@ -253,19 +256,8 @@ def write_records(path: str | Path, records: list[dict]) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Temporary file in the target's folder, fsync, rename: all or nothing."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                               dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, new_file_mode())  # mkstemp makes it private to its owner
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """All or nothing (``write_atomically``: temporary file, fsync, rename)."""
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def update_run(path: str | Path, run_id: str, update, on_invalid=None) -> int:

@@ -178,7 +178,8 @@ def new_file_mode() -> int:
 
 
 def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``: no partial file is ever left.
+    """Call ``write(tmp_path)``, flush it to disk, then rename onto ``path``: no partial
+    file is ever left, and a crash after the rename keeps the new file whole.
 
     Raises ``ProblemError`` with one clear line if the directory is not writable.
     """
@@ -194,6 +195,11 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     try:
         os.chmod(tmp_path, new_file_mode())  # mkstemp makes it private to its owner
         write(tmp_path)
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp_path, path)
     except OSError as exc:
         raise ProblemError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -21,6 +21,11 @@ from the step to the CTA phase:
   at ``max(compute, (latency + transfer + compute) / s)`` per iteration (one stage:
   ``latency + transfer + compute``); the body's path is that loop plus the epilogue. A
   step's latency is HBM's for the share of the CTA's steps that missed L2, L2's otherwise.
+  In a kernel without a loop the body is one compute step, and it queues on its SM first
+  come, first served, as the full engine's steps do, rather than sharing the SM's units:
+  the CTAs of an SM then finish their bodies one after another, not all at once, and
+  one-shot CTAs that start together drift apart instead of running in lock-step (naive
+  softmax, HBM-bound: a third slower than the full engine when its bodies shared).
 - **Sharing**: between two events (a phase ending) every resident phase progresses at a
   constant rate set by max-min fair sharing of L2, HBM and its SM's compute and port
   (``fairshare``). A SimPy process steps from event to event.
@@ -71,7 +76,7 @@ class FluidKernel:
     a few packed arrays so that each event is one compiled call with few arguments.
     """
 
-    def __init__(self, hw: Hardware, slots: int, B, M, K, CP):
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, queued_body: bool = False):
         self.hw, self.slots = hw, slots
         jobs, phases = B.shape
         self.job = np.ascontiguousarray(np.stack([B, M, K, CP]), dtype=np.float64)
@@ -83,6 +88,10 @@ class FluidKernel:
         self.slot_i = np.zeros((_SI, slots), dtype=np.int64)  # job, phase, limit
         self.slot_i[_S_JOB] = -1
         self.counters = np.zeros(2, dtype=np.int64)  # next job, segments recorded
+        # queued_body: a body is one compute step that queues first come, first served on
+        # its SM (``sm_free``: when the SM's units are next free), as the full engine's do.
+        self.queued_body = queued_body
+        self.sm_free = np.zeros(hw.sm_count)
         self.segments = np.zeros(((phases + 1) * jobs + slots + 4, 4))  # t0, t1, L2, HBM
         self.limit_s = np.zeros(5)  # phase-seconds bound by each LIMIT_*
         self.work = np.zeros((ROWS, slots))  # kept between events (fairshare)
@@ -110,7 +119,8 @@ class FluidKernel:
         while True:
             dt = _step(env.now, dt, self.job, self.times, self.job_slot, self.slot_f,
                        self.slot_i, self.counters, self.segments, self.limit_s, self.levels,
-                       self.work, self.dirty, self.share_state, self.rates)
+                       self.work, self.dirty, self.share_state, self.rates,
+                       self.queued_body, self.sm_free)
             if dt < 0:
                 return
             yield env.timeout(dt)
@@ -134,8 +144,14 @@ _SI = 3
 
 
 @njit(cache=True)
-def _enter(s, j, phase, now, job, times, slot_f, slot_i):  # pragma: no cover - numba
-    """Put job ``j`` in slot ``s`` at its first phase >= ``phase`` with work; False if none."""
+def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body,
+           sm_free):  # pragma: no cover - numba
+    """Put job ``j`` in slot ``s`` at its first phase >= ``phase`` with work; False if none.
+
+    With ``queued_body`` the body's compute is not shared but queued on the slot's SM, first
+    come, first served (the full engine's ``_compute``): it ends at the later of its critical
+    path and the SM's units being done with what was queued before it and with its own.
+    """
     phases = job.shape[2]
     while phase < phases and job[3, j, phase] <= 0:
         times[j, 2 + phase] = now
@@ -147,12 +163,17 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i):  # pragma: no cover - 
     slot_f[_S_REM, s] = 1.0
     for f in range(4):
         slot_f[_S_B + f, s] = job[f, j, phase]
+    if queued_body and phase == BODY and job[2, j, phase] > 0:
+        sm = s % sm_free.shape[0]
+        sm_free[sm] = max(now, sm_free[sm]) + job[2, j, phase]
+        slot_f[_S_CP, s] = max(job[3, j, phase], sm_free[sm] - now)
+        slot_f[_S_K, s] = 0.0
     return True
 
 
 @njit(cache=True)
 def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, limit_s, levels,
-          work, dirty, share_state, rates):  # pragma: no cover - numba
+          work, dirty, share_state, rates, queued_body, sm_free):  # pragma: no cover - numba
     """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1."""
     n_slots = slot_f.shape[1]
     rem, rate = slot_f[_S_REM], slot_f[_S_RATE]
@@ -176,7 +197,8 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
         j = sjob[s]
         if j >= 0 and rem[s] <= _FINISHED:
             dirty[s % n_sm] = True
-            if not _enter(s, j, slot_i[_S_PHASE, s] + 1, now, job, times, slot_f, slot_i):
+            if not _enter(s, j, slot_i[_S_PHASE, s] + 1, now, job, times, slot_f, slot_i,
+                          queued_body, sm_free):
                 times[j, 1] = now
                 sjob[s] = -1
                 slot_f[_S_B, s] = slot_f[_S_M, s] = slot_f[_S_K, s] = 0.0
@@ -186,7 +208,7 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
             counters[0] += 1
             times[j, 0], job_slot[j] = now, s
             dirty[s % n_sm] = True
-            if not _enter(s, j, 0, now, job, times, slot_f, slot_i):
+            if not _enter(s, j, 0, now, job, times, slot_f, slot_i, queued_body, sm_free):
                 times[j, 1] = now  # nothing to do at all
         if sjob[s] >= 0:
             active += 1
@@ -257,7 +279,7 @@ class FluidEngine:
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
                                             where=steps > 0), burst)
-            final = self._fluid(slots, first, *phases)
+            final = self._fluid(slots, first, *phases, queued_body=prog.iterations == 0)
             events += final.events
             if (prog.iterations == 0
                     or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s):
@@ -284,14 +306,16 @@ class FluidEngine:
             issued=prog.totals()["work"].sum(axis=1),
         ))
 
-    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP) -> FluidKernel:
+    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP,
+               queued_body: bool = False) -> FluidKernel:
         """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment.
 
         A job of several CTAs has each phase summed over them: its latencies, then its
         first loads, its bodies, its last stores (the order changes, not the totals).
         """
         return FluidKernel(self.hw, slots, *(np.add.reduceat(x, first, axis=0)
-                                             for x in (B, M, K, CP))).run()
+                                             for x in (B, M, K, CP)),
+                           queued_body=queued_body).run()
 
 
 def _cta_times(fluid: FluidKernel, first: np.ndarray, path: np.ndarray):
