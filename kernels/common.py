@@ -13,11 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import SUPPORTED_HEAD_DIMS
 from traces.tiling import Tiling
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-# tl.arange needs a power of two, and tl.dot a dimension of at least 16.
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 _poison = False

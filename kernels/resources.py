@@ -10,10 +10,21 @@ tensor-core rate the simulator uses.
 Compilation runs in worker processes (``python -m kernels.resources``) with the interpreter
 switched off, because kernels defined under ``TRITON_INTERPRET=1`` cannot be compiled; it
 also uses every core.
+
+What a compilation reports depends only on the kernels' source, Triton's version and the
+job (kernel, arch, dtype, constexprs, warps, stages), so results are kept in a cache file
+(``cache_path``: JSON Lines, one result per job) and a job found there is not compiled
+again: a warm ``--compiled-resources`` run skips the workers' start-up as well as the
+compile. ``TILESIM_CACHE_DIR`` sets the folder; set to the empty string it turns the
+cache off.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
+import hashlib
 import importlib
 import inspect
 import itertools
@@ -26,8 +37,6 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import triton.language as tl
 
 from traces.schedules.base import pow2_at_least
 from traces.tiling import Tiling
@@ -152,11 +161,18 @@ def _kernel_fn(kernel: str):
     return getattr(module, kernel)
 
 
+@functools.cache
 def _constexpr_names(kernel: str) -> list[str]:
-    fn = _kernel_fn(kernel)
-    raw = getattr(fn, "fn", fn)  # the Python function under the JIT or interpreter wrapper
-    return [name for name, p in inspect.signature(raw).parameters.items()
-            if p.annotation is tl.constexpr]
+    """The kernel's ``tl.constexpr`` parameters, in order, read from its module's source
+    (importing the module would import torch, seconds this process may not need)."""
+    path = Path(__file__).resolve().parent / f"{KERNELS[kernel]}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == kernel:
+            return [a.arg for a in node.args.args
+                    if isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr"
+                    and isinstance(a.annotation.value, ast.Name) and a.annotation.value.id == "tl"]
+    raise ValueError(f"kernels/{KERNELS[kernel]}.py defines no function {kernel}")
 
 
 def _signature(kernel: str, dtype: str) -> dict:
@@ -244,6 +260,68 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                                       wgmma_operand_demand(ptx), strict=True)))
 
 
+CACHE_ENV = "TILESIM_CACHE_DIR"
+
+
+def cache_path() -> Path | None:
+    """The cache file of this Triton version and these kernel sources; None if turned off.
+
+    The folder is ``$TILESIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilesim``, else
+    ``~/.cache/tilesim``. The file name carries Triton's version and a hash of every source
+    file the compiled kernels and this procedure come from, so an edit to a kernel or an
+    upgrade of Triton starts a new file rather than reading stale results.
+    """
+    import triton
+
+    folder = os.environ.get(CACHE_ENV)
+    if folder == "":
+        return None
+    if folder is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        folder = os.path.join(base, "tilesim")
+    here = Path(__file__).resolve().parent
+    sources = sorted({here / f"{module}.py" for module in KERNELS.values()}
+                     | {here / "common.py", Path(__file__).resolve()})
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+    return Path(folder) / f"kernel-resources-triton{triton.__version__}-{digest[:16]}.jsonl"
+
+
+def _read_cache(path: Path | None) -> dict[str, dict]:
+    """Job key -> result from the cache file; lines that do not parse are skipped."""
+    if path is None or not path.is_file():
+        return {}
+    found = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    fields = {f.name for f in dataclasses.fields(KernelResources)} | {"fits"}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            key, result = entry["key"], dict(entry["result"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn or foreign line: that job is compiled again
+        if isinstance(key, str) and set(result) == fields:
+            found[key] = result
+    return found
+
+
+def _write_cache(path: Path | None, results: dict[str, dict]) -> None:
+    """Append ``results`` to the cache in one write; a cache that cannot be written is
+    only a slower next run, never an error."""
+    if path is None or not results:
+        return
+    text = "".join(json.dumps({"key": key, "result": result}, sort_keys=True) + "\n"
+                   for key, result in results.items())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:
+        pass
+
+
 def _run_worker(jobs: list[dict], on_result) -> None:
     """Compile ``jobs`` in a fresh Python process with the interpreter off."""
     root = str(Path(__file__).resolve().parents[1])
@@ -270,9 +348,9 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     """Compile every (kernel, arch, tiling) and return their resources, in that order.
 
     Tilings that give a kernel the same constexprs and launch options are compiled once
-    (naive_softmax, for one, does not depend on block sizes). ``progress(done, total)`` is
-    called as compilations finish. Work is spread over ``workers`` processes (default: one
-    per core).
+    (naive_softmax, for one, does not depend on block sizes), and jobs found in the cache
+    (``cache_path``) not at all. ``progress(done, total)`` is called as compilations finish.
+    Work is spread over ``workers`` processes (default: one per core).
     """
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
@@ -286,13 +364,15 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     jobs, keys = {}, []
     for kernel, arch, tiling in itertools.product(kernels, archs, tilings):
         consts = json.dumps(constexprs(kernel, head_dim, tiling, **shape), sort_keys=True)
-        key = f"{kernel}/{arch}/{consts}/{tiling.num_warps}/{tiling.num_stages}"
+        key = f"{kernel}/{arch}/{dtype}/{consts}/{tiling.num_warps}/{tiling.num_stages}"
         keys.append((key, tiling))
         jobs.setdefault(key, {"key": key, "kernel": kernel, "arch": arch, "dtype": dtype,
                               "head_dim": head_dim, "tiling": tiling.to_dict(), "shape": shape})
     if not jobs:
         return []
-    results: dict[str, dict] = {}
+    cache = cache_path()
+    cached = _read_cache(cache)
+    results: dict[str, dict] = {key: cached[key] for key in jobs if key in cached}
     lock = threading.Lock()
 
     def on_result(result: dict) -> None:
@@ -309,14 +389,18 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
         except Exception as exc:  # re-raised in the calling thread below
             failures.append(exc)
 
-    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
-    job_list = list(jobs.values())
+    job_list = [job for key, job in jobs.items() if key not in results]
+    if progress is not None and results:
+        progress(len(results), len(jobs))
+    workers = max(1, min(len(job_list), workers or os.cpu_count() or 1))
     threads = [threading.Thread(target=work, args=(job_list[w::workers],))
-               for w in range(workers)]
+               for w in range(workers)] if job_list else []
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    _write_cache(cache, {key: results[key] for key in jobs
+                         if key in results and key not in cached})
     if failures:
         raise failures[0]
     missing = len(jobs) - len(results)
@@ -339,7 +423,7 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
     group rows), each distinct kernel compiled once for ``arch`` in worker processes.
     ``ValueError`` if a kernel has no twin or the problem's dtype or head_dim none that
     compiles."""
-    from kernels.common import SUPPORTED_HEAD_DIMS
+    from kernels import SUPPORTED_HEAD_DIMS
 
     if problem.dtype not in _DTYPES:
         raise ValueError(f"the Triton kernels compile for {', '.join(_DTYPES)}, "

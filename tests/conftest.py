@@ -4,3 +4,10 @@ import os
 
 # Kernel tests run on the CPU through Triton's interpreter; set before triton is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Compile results are cached (kernels.resources.cache_path): keep the tests' cache out of the
+# home directory, in a folder of this run.
+if "TILESIM_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TILESIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilesim-test-cache-")

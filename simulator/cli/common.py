@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -71,11 +72,12 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     from simulator.occupancy import CompiledResources
     from traces.schedules import build_schedule
 
-    try:
-        from kernels import resources
-    except ImportError as exc:
-        raise ProblemError(f"--compiled-resources needs torch and triton ({exc.name} is "
-                           "missing): pip install 'tilesim[kernels]'") from None
+    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+    if missing:  # looked for, not imported: the workers import them, this process need not
+        raise ProblemError(f"--compiled-resources needs torch and triton ({missing[0]} is "
+                           "missing): pip install 'tilesim[kernels]'")
+    from kernels import resources
+
     if hw.compute_capability not in resources.MAX_SHARED_BYTES:
         raise ProblemError(f"--compiled-resources compiles for sm_80 or sm_90; {hw.name} has "
                            f"compute capability {hw.compute_capability}")

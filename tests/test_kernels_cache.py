@@ -1,0 +1,105 @@
+"""Compile results are cached: a job found in the cache file is not compiled again.
+
+The worker (``kernels.resources._run_worker``) is replaced by a fake that answers with
+made-up numbers and counts what it is asked, so these tests compile nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("triton")
+
+from kernels import resources  # noqa: E402
+from traces.tiling import Tiling  # noqa: E402
+
+TILINGS = [Tiling(64, 32, 2, 4), Tiling(64, 64, 2, 4)]
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    """A worker that reports 100 + block_n registers; the jobs it was given, by call."""
+    monkeypatch.setenv(resources.CACHE_ENV, str(tmp_path))
+    calls: list[list[str]] = []
+
+    def run(jobs, on_result):
+        calls.append([job["key"] for job in jobs])
+        for job in jobs:
+            t = Tiling.from_dict(job["tiling"])
+            row = resources.KernelResources(
+                kernel=job["kernel"], arch=job["arch"], dtype=job["dtype"],
+                head_dim=job["head_dim"], block_m=t.block_m, block_n=t.block_n,
+                num_stages=t.num_stages, num_warps=t.num_warps, shared_bytes=1024 * t.block_n,
+                registers=100 + t.block_n, spill_bytes=0)
+            on_result(row.to_dict() | {"key": job["key"]})
+
+    monkeypatch.setattr(resources, "_run_worker", run)
+    return calls
+
+
+def _measure(dtype="bf16"):
+    return resources.measure(["fa2_fwd"], archs=(90,), dtype=dtype, head_dim=64,
+                             tilings=TILINGS, workers=1)
+
+
+def test_a_second_run_compiles_nothing_and_reports_the_same(fake_worker):
+    first = _measure()
+    assert len(fake_worker) == 1 and len(fake_worker[0]) == 2
+    second = _measure()
+    assert len(fake_worker) == 1  # no worker started
+    assert second == first
+    assert [r.registers for r in second] == [132, 164]
+
+
+def test_the_cache_key_holds_the_dtype(fake_worker):
+    _measure("bf16")
+    _measure("fp16")
+    assert len(fake_worker) == 2  # fp16 is another compile
+
+
+def test_only_the_missing_jobs_are_compiled(fake_worker):
+    resources.measure(["fa2_fwd"], archs=(90,), dtype="bf16", head_dim=64,
+                      tilings=TILINGS[:1], workers=1)
+    _measure()
+    assert [len(keys) for keys in fake_worker] == [1, 1]
+
+
+def test_a_damaged_cache_line_is_compiled_again(fake_worker):
+    _measure()
+    path = resources.cache_path()
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[0])
+    del entry["result"]["registers"]  # a foreign or older format
+    path.write_text(json.dumps(entry) + "\n" + lines[1][: len(lines[1]) // 2] + "\n")
+    again = _measure()
+    assert [len(keys) for keys in fake_worker] == [2, 2]
+    assert [r.registers for r in again] == [132, 164]
+
+
+def test_the_cache_file_names_triton_and_the_kernel_sources(fake_worker, monkeypatch):
+    import triton
+
+    path = resources.cache_path()
+    assert f"triton{triton.__version__}-" in path.name
+    monkeypatch.setattr(triton, "__version__", "0.0-other")
+    assert resources.cache_path() != path  # another Triton: another file
+
+
+def test_an_empty_cache_dir_turns_the_cache_off(fake_worker, monkeypatch, tmp_path):
+    monkeypatch.setenv(resources.CACHE_ENV, "")
+    assert resources.cache_path() is None
+    _measure()
+    _measure()
+    assert len(fake_worker) == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unwritable_cache_is_only_slower(fake_worker, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(resources.CACHE_ENV, str(blocker / "cache"))
+    assert [r.registers for r in _measure()] == [132, 164]
+    assert [r.registers for r in _measure()] == [132, 164]
+    assert len(fake_worker) == 2
