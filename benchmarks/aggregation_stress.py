@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.hardware import load_hardware  # noqa: E402
+from simulator.occupancy import CompiledResources  # noqa: E402
 from simulator.sim import run  # noqa: E402
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
@@ -27,6 +28,10 @@ H100 = load_hardware("h100-sxm5")
 H200 = load_hardware("h200-sxm")
 SMALL_L2 = dataclasses.replace(H100, l2_bytes=2 * 2**20)
 DECODE = AttentionProblem(2, 32, 1, 128, seq_kv=8192, kv_heads=8)
+# Naive attention's registers at 64x64, 4 warps, d = 64 (sm_90 compile, Triton 3.9).
+NAIVE_COMPILED = {"naive_qk": CompiledResources(60), "naive_softmax": CompiledResources(22),
+                  "naive_pv": CompiledResources(58)}
+FEW_SMS = dataclasses.replace(H100, sm_count=4)
 
 CASES = {
     # L2 shrunk to 2 MiB: convoys of CTAs in the full engine.
@@ -51,6 +56,14 @@ CASES = {
         ("naive", AttentionProblem(2, 16, 2048, 64), Tiling(128, 64, 2, 8), H200),
     "naive fwd h100 B=4 H=16 N=1024 d=64, 64x64 w4":
         ("naive", AttentionProblem(4, 16, 1024, 64), Tiling(64, 64, 2, 4), H100),
+    # More than MAX_JOBS_PER_SLOT waves (few SMs here, to keep the full engine quick): the
+    # aggregated engine merges one-shot CTAs into jobs of several, which stay in step.
+    "naive fwd h100 with 4 SMs B=1 H=16 N=1024 d=64, compiled registers, L2 2 MiB":
+        ("naive", AttentionProblem(1, 16, 1024, 64), Tiling(64, 64, 2, 4),
+         dataclasses.replace(FEW_SMS, l2_bytes=2 * 2**20), NAIVE_COMPILED),
+    "naive fwd h100 with 4 SMs B=2 H=16 N=1024 d=64, compiled registers":
+        ("naive", AttentionProblem(2, 16, 1024, 64), Tiling(64, 64, 2, 4), FEW_SMS,
+         NAIVE_COMPILED),
 }
 
 
@@ -61,9 +74,10 @@ def relative(new: float, ref: float) -> str:
 def main() -> None:
     print("| case | kernel | time | DRAM bytes |")
     print("| --- | --- | --- | --- |")
-    for case, (schedule, problem, tiling, hw) in CASES.items():
-        full = run(problem, tiling, schedule, hw, "full")
-        fast = run(problem, tiling, schedule, hw, "aggregated")
+    for case, (schedule, problem, tiling, hw, *compiled) in CASES.items():
+        compiled = compiled[0] if compiled else None
+        full = run(problem, tiling, schedule, hw, "full", compiled)
+        fast = run(problem, tiling, schedule, hw, "aggregated", compiled)
         for a, b in zip(full.runs, fast.runs, strict=True):
             dram_full, dram_fast = a.dram_read + a.dram_write, b.dram_read + b.dram_write
             print(f"| {case} | {a.name} | {relative(b.time_s, a.time_s)} | "

@@ -277,7 +277,11 @@ def cache_path() -> Path | None:
     if folder == "":
         return None
     if folder is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        try:
+            home = Path.home()
+        except RuntimeError:  # no home directory to be found: no cache
+            return None
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
         folder = os.path.join(base, "tilesim")
     here = Path(__file__).resolve().parent
     sources = sorted({here / f"{module}.py" for module in KERNELS.values()}
@@ -399,8 +403,12 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
         t.start()
     for t in threads:
         t.join()
+    # Only complete answers are kept: an error or a missing register count may be this
+    # machine's passing trouble (ptxas killed, no cuobjdump), not the kernel's.
     _write_cache(cache, {key: results[key] for key in jobs
-                         if key in results and key not in cached})
+                         if key in results and key not in cached
+                         and results[key]["error"] is None
+                         and results[key]["registers"] is not None})
     if failures:
         raise failures[0]
     missing = len(jobs) - len(results)
@@ -408,8 +416,11 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
         raise RuntimeError(f"{missing} kernel compilations did not report back")
     out = []
     for key, tiling in keys:
-        record = dict(results[key], block_m=tiling.block_m, block_n=tiling.block_n,
-                      num_stages=tiling.num_stages, num_warps=tiling.num_warps)
+        # A job stands for every tiling and head_dim with its constexprs (naive_softmax has
+        # none of either): the record is labelled with the one asked for.
+        record = dict(results[key], head_dim=head_dim, block_m=tiling.block_m,
+                      block_n=tiling.block_n, num_stages=tiling.num_stages,
+                      num_warps=tiling.num_warps)
         record.pop("fits")
         out.append(KernelResources(**record))
     return out

@@ -79,12 +79,54 @@ def test_a_damaged_cache_line_is_compiled_again(fake_worker):
 
 
 def test_the_cache_file_names_triton_and_the_kernel_sources(fake_worker, monkeypatch):
+    import pathlib
+
     import triton
 
     path = resources.cache_path()
     assert f"triton{triton.__version__}-" in path.name
     monkeypatch.setattr(triton, "__version__", "0.0-other")
-    assert resources.cache_path() != path  # another Triton: another file
+    other_triton = resources.cache_path()
+    assert other_triton != path  # another Triton: another file
+    read = pathlib.Path.read_bytes
+
+    def edited(self):  # fa2.py as if a kernel had been edited
+        return read(self) + (b"# edited" if self.name == "fa2.py" else b"")
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", edited)
+    assert resources.cache_path() not in (path, other_triton)  # another source: another file
+
+
+def test_failed_or_partial_results_are_not_cached(fake_worker, monkeypatch):
+    """An error or a missing register count may be the machine's (ptxas killed, no
+    cuobjdump), not the kernel's: asked again, such a job is compiled again."""
+    run = resources._run_worker
+
+    def flaky(jobs, on_result):
+        def answer(result):
+            if result["block_n"] == 32:
+                result = result | {"registers": None}
+            if result["block_n"] == 64:
+                result = result | {"error": "ptxas killed"}
+            on_result(result)
+        run(jobs, answer)
+
+    monkeypatch.setattr(resources, "_run_worker", flaky)
+    _measure()
+    _measure()
+    assert [len(keys) for keys in fake_worker] == [2, 2]
+
+
+def test_a_job_shared_by_head_dims_is_labelled_with_the_one_asked_for(fake_worker):
+    """naive_softmax has no HEAD_DIM constexpr: one compile serves every head_dim."""
+    def softmax(d):
+        (r,) = resources.measure(["naive_softmax"], archs=(90,), dtype="bf16", head_dim=d,
+                                 tilings=TILINGS[:1], workers=1)
+        return r
+
+    assert softmax(64).head_dim == 64
+    assert softmax(128).head_dim == 128
+    assert len(fake_worker) == 1
 
 
 def test_an_empty_cache_dir_turns_the_cache_off(fake_worker, monkeypatch, tmp_path):

@@ -242,3 +242,22 @@ def test_compare_takes_both_schedules_compiled_resources(capsys):
                                            "fa2_fwd"]
     assert all(k["resources"] == "compiled" for k in kernels)
     assert kernels[1]["registers_per_thread"] < 64 and kernels[1]["ctas_per_sm"] == 16
+
+
+def test_a_broken_triton_is_one_line(monkeypatch):
+    """Installed but failing to import (a CUDA mismatch, say): one clear line, no traceback."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from kernels import resources
+    from simulator.cli.common import compile_resources
+    from traces.problem import ProblemError
+
+    def broken(*args, **kwargs):
+        raise ImportError("libcuda.so: cannot open shared object file", name="triton")
+
+    monkeypatch.setattr(resources, "schedule_resources", broken)
+    with pytest.raises(ProblemError, match="^--compiled-resources: cannot import triton: "
+                                           "libcuda.so") as info:
+        compile_resources(NAIVE, [TILING], "naive", H200)
+    assert "\n" not in str(info.value)

@@ -85,6 +85,9 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     try:
         per_tiling = resources.schedule_resources(problem, tilings, names,
                                                   hw.compute_capability, progress=progress)
+    except ImportError as exc:  # installed, but broken
+        raise ProblemError(f"--compiled-resources: cannot import {exc.name or 'triton'}: "
+                           f"{exc}") from None
     except (ValueError, RuntimeError) as exc:
         raise ProblemError(f"--compiled-resources: {exc}") from None
     out = []

@@ -25,7 +25,10 @@ from the step to the CTA phase:
   come, first served, as the full engine's steps do, rather than sharing the SM's units:
   the CTAs of an SM then finish their bodies one after another, not all at once, and
   one-shot CTAs that start together drift apart instead of running in lock-step (naive
-  softmax, HBM-bound: a third slower than the full engine when its bodies shared).
+  softmax, HBM-bound: a third slower than the full engine when its bodies shared). Jobs
+  of several CTAs (above ``MAX_JOBS_PER_SLOT`` waves) still stay in step: each runs its
+  CTAs' latencies, loads and bodies as sums, the queue's stagger is one CTA's compute, and
+  such naive runs are 12-15% slower than the full engine (BENCHMARKS, stress cases).
 - **Sharing**: between two events (a phase ending) every resident phase progresses at a
   constant rate set by max-min fair sharing of L2, HBM and its SM's compute and port
   (``fairshare``). A SimPy process steps from event to event.
@@ -149,8 +152,9 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body,
     """Put job ``j`` in slot ``s`` at its first phase >= ``phase`` with work; False if none.
 
     With ``queued_body`` the body's compute is not shared but queued on the slot's SM, first
-    come, first served (the full engine's ``_compute``): it ends at the later of its critical
-    path and the SM's units being done with what was queued before it and with its own.
+    come, first served (the full engine's ``_compute``): it ends no earlier than its critical
+    path and the SM's units being done with what was queued before it and with its own
+    (later if its bytes are held up).
     """
     phases = job.shape[2]
     while phase < phases and job[3, j, phase] <= 0:
