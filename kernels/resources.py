@@ -306,9 +306,24 @@ def _read_cache(path: Path | None) -> dict[str, dict]:
             key, result = entry["key"], dict(entry["result"])
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn or foreign line: that job is compiled again
-        if isinstance(key, str) and set(result) == fields:
+        if isinstance(key, str) and set(result) == fields and _well_typed(result):
             found[key] = result
     return found
+
+
+def _well_typed(result: dict) -> bool:
+    """Counts are integers (or null), ratios numbers (or null), the error text or null:
+    what ``compile_one`` writes, so that a hand-edited line cannot feed nonsense on."""
+    counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
+              "wgmma_rs_ops")
+    ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
+    return (all(result[k] is None or (isinstance(result[k], int)
+                                      and not isinstance(result[k], bool) and result[k] >= 0)
+                for k in counts)
+            and all(result[k] is None or (isinstance(result[k], (int, float))
+                                          and not isinstance(result[k], bool))
+                    for k in ratios)
+            and (result["error"] is None or isinstance(result["error"], str)))
 
 
 def _write_cache(path: Path | None, results: dict[str, dict]) -> None:

@@ -78,6 +78,18 @@ def test_a_damaged_cache_line_is_compiled_again(fake_worker):
     assert [r.registers for r in again] == [132, 164]
 
 
+def test_a_cache_line_of_the_wrong_types_is_compiled_again(fake_worker):
+    _measure()
+    path = resources.cache_path()
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry["result"]["registers"] = "132"  # a string where the compiler counts
+    path.write_text(json.dumps(entry) + "\n" + lines[1] + "\n")
+    again = _measure()
+    assert [len(keys) for keys in fake_worker] == [2, 1]
+    assert [r.registers for r in again] == [132, 164]
+
+
 def test_the_cache_file_names_triton_and_the_kernel_sources(fake_worker, monkeypatch):
     import pathlib
 
