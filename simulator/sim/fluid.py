@@ -262,7 +262,8 @@ class FluidEngine:
         hw, cache = self.hw, self.cache
         costs = CtaCosts(prog, hw, self.stages, cache.layout.rows.size)
         slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
-        first = _jobs(prog.grid, slots, prog.iterations == 0)
+        loopless = prog.iterations == 0  # one-shot CTAs: merged jobs, queued bodies
+        first = _jobs(prog.grid, slots, loopless)
         saved, stats_before = cache.snapshot(), cache.stats.copy()
         # Pass A: each CTA one phase, compulsory misses only.
         miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
@@ -283,10 +284,9 @@ class FluidEngine:
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
                                             where=steps > 0), burst)
-            final = self._fluid(slots, first, *phases, queued_body=prog.iterations == 0)
+            final = self._fluid(slots, first, *phases, queued_body=loopless)
             events += final.events
-            if (prog.iterations == 0
-                    or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s):
+            if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
                 break  # one-shot CTAs: their order hardly depends on timing
             timed = final
         start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
