@@ -54,28 +54,34 @@ def _profile(plan: dict, ids: list[str], exe: str, log_dir: Path, until: float,
     if dropped:
         log(f"ncu: metrics not listed by --query-metrics, left out: {', '.join(dropped)}")
     helptext = ncu.run_tool([exe, "--help"]) or ""
-    work = Path(tempfile.mkdtemp(prefix="tilesim-ncu-"))
-    (work / "plan.json").write_text(json.dumps(plan))
-    (work / "ids.txt").write_text("\n".join(ids) + "\n")
-    manifest = work / "manifest.jsonl"
-    remaining = until - time.monotonic()
-    target = [sys.executable, "-m", "validation.profile_target", str(work / "plan.json"),
-              str(work / "ids.txt"), str(manifest),
-              "--deadline-unix", str(time.time() + remaining - NCU_TAIL_S),
-              "--device", device]
-    argv = ncu.command(exe, metrics, target, base_units="--print-units" in helptext)
-    log("ncu: " + " ".join(argv))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
-    info = {"metrics": metrics, "dropped_metrics": dropped, "command": argv,
-            "timed_out": False}
-    with open(log_dir / "ncu.csv", "w") as out, open(log_dir / "ncu.log", "w") as err:
-        try:
-            subprocess.run(argv, stdout=out, stderr=err, cwd=REPO, env=env,
-                           timeout=max(remaining, 30.0))
-        except subprocess.TimeoutExpired:
-            info["timed_out"] = True
-            log("ncu: killed at the end of its time budget")
+    # The target's plan, ids and manifest live in a folder removed when ncu is done.
+    with tempfile.TemporaryDirectory(prefix="tilesim-ncu-") as folder:
+        work = Path(folder)
+        (work / "plan.json").write_text(json.dumps(plan))
+        (work / "ids.txt").write_text("\n".join(ids) + "\n")
+        manifest = work / "manifest.jsonl"
+        remaining = until - time.monotonic()
+        target = [sys.executable, "-m", "validation.profile_target", str(work / "plan.json"),
+                  str(work / "ids.txt"), str(manifest),
+                  "--deadline-unix", str(time.time() + remaining - NCU_TAIL_S),
+                  "--device", device]
+        argv = ncu.command(exe, metrics, target, base_units="--print-units" in helptext)
+        log("ncu: " + " ".join(argv))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+        info = {"metrics": metrics, "dropped_metrics": dropped, "command": argv,
+                "timed_out": False}
+        with open(log_dir / "ncu.csv", "w") as out, open(log_dir / "ncu.log", "w") as err:
+            try:
+                subprocess.run(argv, stdout=out, stderr=err, cwd=REPO, env=env,
+                               timeout=max(remaining, 30.0))
+            except subprocess.TimeoutExpired:
+                info["timed_out"] = True
+                log("ncu: killed at the end of its time budget")
+        entries = []
+        if manifest.exists():
+            entries = [json.loads(line) for line in manifest.read_text().splitlines()
+                       if line.strip()]
     info["seconds"] = time.monotonic() - start
     output = (log_dir / "ncu.csv").read_text(errors="replace")
     try:
@@ -86,10 +92,6 @@ def _profile(plan: dict, ids: list[str], exe: str, log_dir: Path, until: float,
                     error=str(exc) + (f"; ncu said: {said}" if said else ""))
         log(f"ncu: {info['error']}")
         return info
-    entries = []
-    if manifest.exists():
-        entries = [json.loads(line) for line in manifest.read_text().splitlines()
-                   if line.strip()]
     matched, missing = ncu.match(launches, entries)
     info.update(launches=len(launches), matched=matched, missing=missing,
                 seconds_per_launch=info["seconds"] / max(1, len(launches)))
