@@ -35,10 +35,16 @@ class Residency:
 
 @dataclass(frozen=True)
 class CompiledResources:
-    """What the compiler gave one kernel; None where not known (the estimate stands)."""
+    """What the compiler gave one kernel; None where not known (the estimate stands). A
+    register count of 0 is no count (a compile that reports none), so it is stored as None:
+    this is the one place that decides it."""
 
     registers_per_thread: int | None = None
     shared_bytes: int | None = None
+
+    def __post_init__(self):
+        if self.registers_per_thread == 0:
+            object.__setattr__(self, "registers_per_thread", None)
 
 
 def kernel_residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
@@ -65,8 +71,11 @@ def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
               smem_bytes: int | None = None) -> Residency:
     """CTAs of ``kernel`` resident per SM; 0 when one CTA does not fit."""
     smem = kernel.sram_bytes if smem_bytes is None else smem_bytes
-    regs = registers_per_thread or estimated_registers_per_thread(
-        kernel, tiling, head_dim, hw.max_registers_per_thread)
+    given = CompiledResources(registers_per_thread, smem_bytes)  # decides what 0 means
+    regs = given.registers_per_thread
+    if regs is None:
+        regs = estimated_registers_per_thread(kernel, tiling, head_dim,
+                                              hw.max_registers_per_thread)
     allocated = -(-regs // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
     if smem > hw.smem_per_cta_max_bytes:
         return Residency(0, "does not fit", smem, regs)

@@ -55,7 +55,7 @@ def resources_source(compiled, name: str) -> str:
     ``"compiled shared memory"`` or ``"compiled registers"`` (one; the other estimated), or
     ``"estimated"``."""
     given = (compiled or {}).get(name)
-    registers = bool(given and given.registers_per_thread)
+    registers = bool(given and given.registers_per_thread is not None)
     shared = bool(given and given.shared_bytes is not None)
     if registers and shared:
         return "compiled"

@@ -181,6 +181,20 @@ def test_the_label_says_which_resources_were_compiled():
     assert label(CompiledResources(128, 40960)) == "compiled"
 
 
+def test_zero_registers_is_no_count_everywhere():
+    """A compile reporting 0 registers gives no count: the estimate stands, for residency
+    called directly as for the compiled resources of a kernel."""
+    from simulator.occupancy import kernel_residency, residency
+    from traces.schedules import build_schedule
+
+    kernel = build_schedule(NAIVE, TILING, "fa2").kernels[0]
+    assert CompiledResources(0, 512).registers_per_thread is None
+    estimated = residency(kernel, TILING, 64, H200)
+    assert residency(kernel, TILING, 64, H200, registers_per_thread=0) == estimated
+    assert kernel_residency(kernel, TILING, 64, H200,
+                            {kernel.name: CompiledResources(0, None)}) == estimated
+
+
 def test_facts_of_another_architecture_are_not_used():
     """A record's compile says nothing of another GPU: predicted on an A100 preset, an
     H200 record's facts are left out (the estimate stands)."""

@@ -38,7 +38,7 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
     compile's registers and shared memory); None if it has neither for any kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
-    of another's). A register count of 0 is no count."""
+    of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
     from simulator.occupancy import CompiledResources
 
     capability = (rec.get("environment") or {}).get("gpu_capability")
@@ -47,11 +47,11 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
         return None
     found = {}
     for fact in rec.get("kernel_facts") or ():
-        registers, shared = fact.get("registers") or None, fact.get("shared_bytes")
-        if registers is not None or shared is not None:
-            found[fact["name"]] = CompiledResources(
-                None if registers is None else int(registers),
-                None if shared is None else int(shared))
+        given = CompiledResources(
+            None if fact.get("registers") is None else int(fact["registers"]),
+            None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]))
+        if given != CompiledResources():
+            found[fact["name"]] = given
     return found or None
 
 
