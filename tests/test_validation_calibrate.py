@@ -185,10 +185,13 @@ def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
     n_train, n_held = report["n_train"], report["n_held_out"]
     assert report["evaluations"] == 20 and not report["converged"]
     assert "--max-evals" in report["message"]
-    # 20 evaluations of the fit, the base once for "before", held-out before and after
-    assert len(calls) == (20 + 1) * n_train + 2 * n_held
+    # 20 evaluations of the fit (the first: the base, which "before" reports), held-out
+    # before and after; the base's held-out records come before the fit starts
+    assert len(calls) == 20 * n_train + 2 * n_held
     fitted = report["hardware"]
-    fitted_hws = calls[n_train:21 * n_train:n_train]
+    start = n_train + n_held
+    fitted_hws = [base] + calls[start:start + 19 * n_train:n_train]
+    assert all(hw is base for hw in calls[:start])
     costs = [sum(math.log(additive_model(AttentionProblem.from_dict(r["problem"]),
                                          Tiling.from_dict(r["tiling"]), r["schedule"],
                                          hw)["time_s"] / r["timing"]["median_s"]) ** 2
@@ -209,3 +212,64 @@ def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):
     header = out.read_text().split("\nname =")[0]
     assert "training shapes up to N = 1024" in header
     assert "at most 10 training records" in header and "training shapes left out" in header
+
+
+def test_records_the_model_refuses_are_left_out_before_the_fit(tmp_path, monkeypatch,
+                                                                capsys):
+    """A refused record (here: one held-out, one training) is listed and warned about before
+    the first evaluation of the fit, not found after it (the held-out records used to be
+    predicted only once the fit, hours with real records, was over)."""
+    recs = synthetic_records()
+    train_shapes, held_shapes = split_by_shape(recs, 0.25, seed=0)
+    bad = {next(r["record_id"] for r in recs if shape_key(r) in held_shapes),
+           next(r["record_id"] for r in recs if shape_key(r) in train_shapes)}
+    bad_configs = {json.dumps([r["schedule"], r["problem"], r["tiling"]], sort_keys=True)
+                   for r in recs if r["record_id"] in bad}
+    events = []
+
+    def refusing(problem, tiling, schedule, hw, compiled=None):
+        key = json.dumps([schedule, problem.to_dict(), tiling.to_dict()], sort_keys=True)
+        if key in bad_configs:
+            raise ProblemError("tiling does not fit (planted)")
+        events.append("predict")
+        return additive_model(problem, tiling, schedule, hw)
+
+    base = load_hardware("h200-sxm")
+    report = fit(recs, base, refusing, max_evals=5, warn=events.append)
+    assert {r["record_id"] for r in report["refused"]} == bad
+    assert all(r["reason"] == "tiling does not fit (planted)" for r in report["refused"])
+    # warned before the fit's evaluations: only the base predictions come first
+    predicted_at_base = report["n_train"] + report["n_held_out"]
+    assert predicted_at_base + 2 == len(recs)
+    warned = [i for i, e in enumerate(events) if e.startswith("left out record")]
+    assert warned == [predicted_at_base, predicted_at_base + 1]
+    assert len(events) > predicted_at_base + 2  # the fit's evaluations followed
+    # the CLI warns on stderr and says so in the preset's header
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, recs)
+    monkeypatch.setattr(predict_mod, "predict", refusing)
+    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
+    out = tmp_path / "refused.toml"
+    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
+                     "--max-evals", "5"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("tilesim: warning: left out record") == 2
+    assert "2 records the model refuses left out" in out.read_text().split("\nname =")[0]
+
+
+def test_a_fit_with_every_held_out_record_refused_stops_at_once():
+    recs = synthetic_records()
+    _, held_shapes = split_by_shape(recs, 0.25, seed=0)
+    calls = []
+
+    def refuse_held(problem, tiling, schedule, hw, compiled=None):
+        calls.append(1)
+        rec_shape = [shape_key(r) for r in recs
+                     if r["problem"] == problem.to_dict() and r["schedule"] == schedule][0]
+        if rec_shape in held_shapes:
+            raise ProblemError("planted")
+        return additive_model(problem, tiling, schedule, hw)
+
+    with pytest.raises(ProblemError, match="refuses every held-out record"):
+        fit(recs, load_hardware("h200-sxm"), refuse_held, max_evals=FULL_FIT)
+    assert len(calls) == len(recs)  # the base predictions only, no evaluation of the fit

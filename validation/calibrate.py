@@ -102,6 +102,31 @@ def _time_one(task) -> float:
     return pred["time_s"]
 
 
+def _time_or_refusal(task) -> tuple[float | None, str | None]:
+    """(time, None), or (None, why) when the model refuses the record's config."""
+    try:
+        return _time_one(task), None
+    except ProblemError as exc:
+        return None, str(exc)
+
+
+def predictable(records: list[dict], hw, predictor, pool=None) -> tuple[list, list, list]:
+    """(records the model predicts, their times on ``hw``, refusals): a record the model
+    refuses (a tiling that does not fit, ``kernel_facts`` of another config) is left out
+    with its reason, ``{"record_id", "reason"}``, instead of stopping the fit."""
+    tasks = [(predictor, rec, hw) for rec in records]
+    results = ([_time_or_refusal(task) for task in tasks] if pool is None else
+               list(pool.map(_time_or_refusal, tasks, chunksize=max(1, len(tasks) // 64))))
+    kept, times, refused = [], [], []
+    for rec, (time_s, reason) in zip(records, results, strict=True):
+        if reason is None:
+            kept.append(rec)
+            times.append(time_s)
+        else:
+            refused.append({"record_id": rec["record_id"], "reason": reason})
+    return kept, times, refused
+
+
 def predicted_times(records: list[dict], hw, predictor, pool=None) -> list[float]:
     """The model's time for each record on ``hw`` (one evaluation of the fit), in ``pool``'s
     processes if given."""
@@ -142,7 +167,7 @@ def sequence_length(rec: dict) -> int:
 
 def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, seed: int = 0,
         max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None,
-        train_max_seq: int | None = None) -> dict:
+        train_max_seq: int | None = None, warn=None) -> dict:
     """Fit on the training shapes, evaluate on the held-out ones; returns the report.
 
     Every evaluation re-simulates the training records, so the cost is (evaluations x
@@ -152,19 +177,21 @@ def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, se
     takes about 20 s) and ``max_train_records`` on a seeded, schedule-balanced subset of the
     training records. Neither changes the held-out shapes: they are split off first, at
     every length, and training records left out by either are neither fitted nor reported.
+    Records the model refuses are left out before the fit starts (``warn(line)`` is called
+    for each, if given) and listed in the report's ``refused``.
     """
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             return _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-                        max_train_records, train_max_seq)
+                        max_train_records, train_max_seq, warn)
     return _fit(records, base, predictor, holdout_fraction, seed, max_evals, None,
-                max_train_records, train_max_seq)
+                max_train_records, train_max_seq, warn)
 
 
 def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-         max_train_records, train_max_seq) -> dict:
+         max_train_records, train_max_seq, warn) -> dict:
     from scipy.optimize import least_squares
 
     usable = [r for r in records if r["implementation"] == "triton" and r["timing"]]
@@ -180,9 +207,22 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     if not train:
         raise ProblemError(f"no training record is at most {train_max_seq} long; raise "
                            "--train-max-seq")
+    # Both sets are predicted on the base preset first: what the model refuses is left out
+    # (and listed) before hours of fitting, not found after them. The held-out records'
+    # base predictions are only reported; nothing of them enters the fit.
+    train, before_train, refused_train = predictable(train, base, predictor, pool)
+    held, before_held, refused_held = predictable(
+        [r for r in usable if shape_key(r) in held_shapes], base, predictor, pool)
+    for which, kept, refusals in (("training", train, refused_train),
+                                  ("held-out", held, refused_held)):
+        if not kept:
+            raise ProblemError(f"the model refuses every {which} record ("
+                               f"{refusals[0]['record_id']}: {refusals[0]['reason']})")
+    refused = refused_train + refused_held
+    for refusal in refused if warn else ():
+        warn(f"left out record {refusal['record_id']}: {refusal['reason']}")
     # The shapes the fit actually saw (the split's others were left out by the filters).
     fitted_shapes = {shape_key(r) for r in train}
-    held = [r for r in usable if shape_key(r) in held_shapes]
     params = fitted_params(base)
     meas_train = [r["timing"]["median_s"] for r in train]
     meas_held = [r["timing"]["median_s"] for r in held]
@@ -206,7 +246,9 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
         return res
 
     x0 = initial(base, params)
-    before_train = predicted_times(train, base, predictor, pool)
+    start = tuple(round(float(v), 12) for v in x0)
+    if to_hardware(base, params, start) == base:  # the fit starts where before_train was
+        cache[start] = before_train  # one evaluation fewer (minutes with real records)
     try:
         result = least_squares(residuals, x0, bounds=([p.lo for p in params],
                                                       [p.hi for p in params]),
@@ -218,8 +260,7 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     x = best["key"]
     fitted_hw = to_hardware(base, params, x)
     after_train = cache[x]
-    # The held-out records are predicted only here, after the fit is final.
-    before_held = predicted_times(held, base, predictor, pool)
+    # The held-out records are predicted with fitted parameters only here, after the fit.
     after_held = predicted_times(held, fitted_hw, predictor, pool)
     values = []
     for p, v in zip(params, x, strict=True):
@@ -230,7 +271,7 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
             "train_shapes": sorted(fitted_shapes), "held_out_shapes": sorted(held_shapes),
             "unused_train_shapes": sorted(train_shapes - fitted_shapes),
             "train_max_seq": train_max_seq, "max_train_records": max_train_records,
-            "n_train": len(train), "n_held_out": len(held),
+            "n_train": len(train), "n_held_out": len(held), "refused": refused,
             "train": {"before": _errors(before_train, meas_train),
                       "after": _errors(after_train, meas_train)},
             "held_out": {"before": _errors(before_held, meas_held),
@@ -293,6 +334,8 @@ def _filters(report: dict) -> str:
         out += f"; at most {report['max_train_records']} training records"
     if report.get("unused_train_shapes"):
         out += f"; {len(report['unused_train_shapes'])} training shapes left out"
+    if report.get("refused"):
+        out += f"; {len(report['refused'])} records the model refuses left out"
     return out
 
 
