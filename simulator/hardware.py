@@ -238,8 +238,10 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     text_path = Path(name_or_path)
     if text_path.suffix == ".toml" or text_path.exists():
         path = text_path
-        if not path.is_file():
+        if not path.exists():
             raise HardwareError(f"hardware file not found: {path}")
+        if path.is_dir():
+            raise HardwareError(f"hardware file {path} is a directory; give the .toml file")
     else:
         path = PRESET_DIR / f"{name_or_path}.toml"
         if not path.is_file():

@@ -270,7 +270,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
     overall = _summary(rows)
     report = {
         "schema": REPORT_SCHEMA, "model": model, "hardware": sorted(hw_cache),
-        "synthetic": any(r["synthetic"] for r in rows),
+        "synthetic": any(bool(rec.get("synthetic")) for rec in records),
         "n_records": len(records) + duplicates, "duplicates_dropped": duplicates,
         "untimed_records": untimed, "unpredicted": unpredicted, "rows": rows,
         "peers": peers, "shapes": shapes,

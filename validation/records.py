@@ -214,8 +214,10 @@ def parse_lines(lines, path: str = "<records>") -> tuple[list[dict], list[LineEr
 def read_records(path: str | Path) -> tuple[list[dict], list[LineError]]:
     """All valid records of one file, and one error per malformed line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise RecordError(f"records file not found: {path}")
+    if path.is_dir():
+        raise RecordError(f"records file {path} is a directory; give the .jsonl file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

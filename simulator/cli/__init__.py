@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the file system refused: a name too long, a device, ...
+        where = f": {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"tilesim: error: {exc.strerror or exc}{where}\n")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

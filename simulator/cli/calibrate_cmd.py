@@ -34,13 +34,13 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         print_json,
+        read_records_or_fail,
         write_atomically,
     )
     from simulator.hardware import PRESET_DIR, load_hardware
     from traces.problem import ProblemError
     from validation import predict
     from validation.calibrate import calibrated_toml, fit, record_sources
-    from validation.records import read_many
 
     if not 0 < args.holdout < 1:
         raise ProblemError(f'"--holdout" must be in (0, 1), got {args.holdout}')
@@ -55,9 +55,7 @@ def run(args) -> int:
     base_path = Path(args.hardware)
     if not (base_path.suffix == ".toml" or base_path.exists()):
         base_path = PRESET_DIR / f"{args.hardware}.toml"
-    records, errors = read_many(args.records)
-    for err in errors:
-        sys.stderr.write(f"tilesim: warning: skipped {err}\n")
+    records, _ = read_records_or_fail(args.records)
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs, max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,

@@ -164,6 +164,9 @@ def check_output_paths(*paths: str | Path | None) -> None:
             continue
         if not str(path):
             raise ProblemError("an output path is empty: give the name of the file to write")
+        if str(path).endswith(("/", os.sep)):
+            raise ProblemError(f"cannot write {path}: it names a directory; give the name of "
+                               "the file to write")
         path = Path(path)
         if path.is_dir():
             raise ProblemError(f"cannot write {path}: it is a directory; give the name of "
@@ -186,11 +189,17 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp_path)``, flush it to disk, then rename onto ``path``: no partial
     file is ever left, and a crash after the rename keeps the new file whole.
 
+    A symbolic link is followed (its target is replaced, the link stays). A path that is
+    not a regular file (``/dev/null``, a FIFO) is written into, not replaced: a rename
+    would put a plain file in place of the device.
     Raises ``ProblemError`` with one clear line if the directory is not writable.
     """
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
     check_output_paths(path)
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        _write_through(path, write)
+        return
+    directory = path.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
@@ -211,6 +220,43 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _write_through(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` into a temporary file, then copy its bytes into ``path`` (a device or FIFO,
+    which must stay what it is)."""
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="tilesim-") as folder:
+        tmp_path = Path(folder) / path.name
+        try:
+            write(tmp_path)
+            with open(tmp_path, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            raise ProblemError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+SKIPPED_LINES_SHOWN = 3  # warnings printed for malformed record lines; the rest counted
+
+
+def read_records_or_fail(paths: list[str]) -> tuple[list[dict], list]:
+    """The valid records of ``paths`` and the malformed lines. The first few malformed lines
+    are warned about on stderr (then how many more); ``ProblemError`` (one line) if no line
+    is a valid record."""
+    from validation.records import read_many
+
+    records, errors = read_many(paths)
+    if not records:
+        skipped = (f" ({len(errors)} malformed line{'s' if len(errors) > 1 else ''}, the "
+                   f"first: {errors[0]})" if errors else " (no lines)")
+        raise ProblemError("no valid records in " + ", ".join(paths) + skipped)
+    for err in errors[:SKIPPED_LINES_SHOWN]:
+        sys.stderr.write(f"tilesim: warning: skipped {err}\n")
+    if len(errors) > SKIPPED_LINES_SHOWN:
+        sys.stderr.write(f"tilesim: warning: skipped {len(errors) - SKIPPED_LINES_SHOWN} "
+                         "more malformed lines\n")
+    return records, errors
 
 
 def output_console(width: int = 140):

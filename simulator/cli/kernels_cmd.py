@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.cli.common import print_json, write_atomically
+from simulator.cli.common import check_counts, check_output_paths, print_json, write_atomically
 from traces.problem import ProblemError
 
 SCHEMA = "tilesim.kernel_resources/1"
@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
                            f"kernels, got {args.head_dim}.")
     if args.kv_seq <= 0:
         raise ProblemError(f'"kv_seq" must be a positive integer, got {args.kv_seq}.')
+    check_counts(("--workers", args.workers))
+    check_output_paths(args.out)  # before minutes of compiling
     unknown = [k for k in args.kernel or () if k not in resources.KERNELS]
     if unknown:
         raise ProblemError(f"unknown kernel {', '.join(unknown)}; known: "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 
 def add_parser(sub) -> None:
@@ -24,28 +23,40 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def nothing_compared(report: dict) -> str:
+    """Why a reconciliation compared no record with the model, in one line."""
+    n, why = report["n_records"], ""
+    if report["unpredicted"]:
+        first = report["unpredicted"][0]
+        why = (f"; {len(report['unpredicted'])} the model refuses, the first: "
+               f"{first['record_id']}: {first['reason']}")
+    if report["untimed_records"]:
+        why += f"; {report['untimed_records']} without a timing"
+    if report["peers"]:
+        why += f"; {len(report['peers'])} of PyTorch's peers (measured, not modelled)"
+    return f"none of the {n} records could be compared with the model{why}"
+
+
 def run(args) -> int:
     from simulator.cli.common import (
         check_counts,
         check_output_paths,
         print_json,
+        read_records_or_fail,
         write_atomically,
     )
     from simulator.explain.common import check_plot_path
     from traces.problem import ProblemError
     from validation import report as rp
     from validation.reconcile import reconcile
-    from validation.records import read_many
 
     check_counts(("--jobs", args.jobs))  # before any file is read or checked
     check_plot_path(args.plot)
     check_output_paths(args.save)
-    records, errors = read_many(args.records)
-    for err in errors:
-        sys.stderr.write(f"tilesim: warning: skipped {err}\n")
-    if not records:
-        raise ProblemError("no valid records in " + ", ".join(args.records))
+    records, errors = read_records_or_fail(args.records)
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs)
+    if not report["rows"]:  # before --save: a report of nothing replaces no file
+        raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
     if args.plot:
         rp.plot(report, args.plot)

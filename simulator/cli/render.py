@@ -26,6 +26,8 @@ def fmt_count(n: float | None) -> str:
 def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
+    if s >= 1e6:  # a what-if with absurd rates: keep the cell narrow
+        return f"{s:.3g} s"
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:

@@ -51,6 +51,10 @@ def load_records(paths: list[str], hardware: str) -> dict:
         raise UserError("no timed records in " + ", ".join(paths) + skipped)
     name = model.source()["source"]
     result = reconcile(recs, predictor=model.predict, model=name, fallback_hardware=hardware)
+    if not result["rows"]:
+        from simulator.cli.reconcile_cmd import nothing_compared
+
+        raise UserError(nothing_compared(result))
     section = records.from_reconcile(result)
     section["line_errors"] = [str(e) for e in errors]
     return section

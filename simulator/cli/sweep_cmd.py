@@ -43,7 +43,7 @@ COMPILE_REASON = "do not compile (--compiled-resources)"
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in text.split(","))  # int() allows spaces, not ""
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected integers separated by commas, got {text!r}") from None

@@ -46,6 +46,9 @@ def resolve_plan(matrix: str, hardware: str, log) -> dict:
     from validation import matrix as mx
 
     path = Path(matrix)
+    if path.is_dir():
+        raise ProblemError(f"--matrix {matrix} is a directory; give a plan .json or a "
+                           "matrix name (default, quick)")
     if path.suffix == ".json" or (mx.PLAN_DIR / f"{matrix}.json").is_file():
         return mx.load_plan(matrix)
     mx.groups_for(matrix)  # unknown names fail here
@@ -134,6 +137,9 @@ def run(args) -> int:
             raise ProblemError(f'"{flag}" must be a finite number {">=" if zero_ok else ">"} '
                                f"0, got {value}.")
     check_counts(("--workers", args.workers))
+    from simulator.hardware import load_hardware
+
+    load_hardware(args.hardware)  # an unknown preset fails here, frozen plan or not
     if not args.dry_run:
         if not args.out:
             raise ProblemError("--out records.jsonl is required (or use --dry-run)")

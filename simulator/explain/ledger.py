@@ -68,11 +68,13 @@ def _check_inputs(seq: int, tile: int, seed: int) -> None:
                            f"column's weights: at most {MAX_SEQ:,} (one score row; the "
                            "rescale works alike at any length).")
     if tile > seq:
-        raise ProblemError(f'"tile" ({tile}) must not exceed "seq" ({seq}).')
+        raise ProblemError(f'"tile" ({tile}) must be smaller than "seq" ({seq}): pass a '
+                           f"smaller --tile (at most {seq // 2}, two tiles).")
     if tile == seq:
         raise ProblemError(
             f'"tile" ({tile}) must be smaller than "seq" ({seq}): the ledger needs at least '
-            "two tiles so that a later tile can bring a larger max."
+            "two tiles so that a later tile can bring a larger max; pass a smaller --tile "
+            f"(at most {seq // 2})."
         )
 
 

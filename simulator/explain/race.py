@@ -90,7 +90,8 @@ def _check_inputs(seqs: list[int], head_dim: int, tile: int, repeats: int, seed:
     check_seed(seed)
     for seq in seqs:
         if tile > seq:
-            raise ProblemError(f'"tile" ({tile}) must not exceed "seq" ({seq}).')
+            raise ProblemError(f'"tile" ({tile}) must not exceed "seq" ({seq}): pass a '
+                               f"smaller --tile (at most {min(seqs)}).")
         if seq * seq * FLOAT64_BYTES > MAX_NAIVE_BYTES:
             raise ProblemError(
                 f'"seq" {seq} is too large for the race: the naive N x N float64 matrix alone '
