@@ -3,7 +3,8 @@
 ``tests/test_sim_aggregate.py`` asserts the aggregation's error bound on a matrix of
 moderate cases. This script measures the cases known to fall outside it, per kernel: the
 aggregated engine's time and DRAM bytes relative to the full engine's. Run from the
-repository root (a few minutes on two cores):
+repository root (about a quarter of an hour on two cores, most of it the full engine on
+the last case):
 
     python benchmarks/aggregation_stress.py
 
@@ -57,13 +58,22 @@ CASES = {
     "naive fwd h100 B=4 H=16 N=1024 d=64, 64x64 w4":
         ("naive", AttentionProblem(4, 16, 1024, 64), Tiling(64, 64, 2, 4), H100),
     # More than MAX_JOBS_PER_SLOT waves (few SMs here, to keep the full engine quick): the
-    # aggregated engine merges one-shot CTAs into jobs of several, which stay in step.
+    # aggregated engine merges one-shot CTAs into jobs of several (one phase each since
+    # 2026-11-30; summed phase by phase before, such jobs stayed in step).
     "naive fwd h100 with 4 SMs B=1 H=16 N=1024 d=64, compiled registers, L2 2 MiB":
         ("naive", AttentionProblem(1, 16, 1024, 64), Tiling(64, 64, 2, 4),
          dataclasses.replace(FEW_SMS, l2_bytes=2 * 2**20), NAIVE_COMPILED),
     "naive fwd h100 with 4 SMs B=2 H=16 N=1024 d=64, compiled registers":
         ("naive", AttentionProblem(2, 16, 1024, 64), Tiling(64, 64, 2, 4), FEW_SMS,
          NAIVE_COMPILED),
+    "naive fwd h100 with 8 SMs B=1 H=16 N=1024 d=64, compiled registers, L2 4 MiB":
+        ("naive", AttentionProblem(1, 16, 1024, 64), Tiling(64, 64, 2, 4),
+         dataclasses.replace(H100, sm_count=8, l2_bytes=4 * 2**20), NAIVE_COMPILED),
+    # A shape of the validation plan at full size (the full engine takes minutes): softmax
+    # compiles to 91 registers for rows of 8192 (5 CTAs per SM), 7 CTAs a job.
+    "naive fwd h200 B=2 H=16 N=8192 d=64, 64x64 w4, compiled registers":
+        ("naive", AttentionProblem(2, 16, 8192, 64), Tiling(64, 64, 2, 4), H200,
+         {**NAIVE_COMPILED, "naive_softmax": CompiledResources(91)}),
 }
 
 

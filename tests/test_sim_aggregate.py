@@ -65,3 +65,60 @@ def test_aggregated_within_bound_of_full(case):
         # Both engines see exactly the same accesses; only the order and timing differ.
         assert b.l2_hit + b.dram_read == a.l2_hit + a.dram_read
     assert fast.events < full.events
+
+
+def test_merged_one_shot_jobs_do_not_run_in_step():
+    """Above ``MAX_JOBS_PER_SLOT`` waves the aggregated engine runs consecutive one-shot
+    CTAs as one job (here, on four SMs, eight CTAs a job). With its CTAs' phases summed,
+    identical jobs loaded together and computed together while HBM idled: naive softmax was
+    15% slower than the full engine here (34% at the validation plan's B = 2, H = 16,
+    N = 8k on the H200). As one phase a merged job is not slower than the full engine, and
+    faster by no more than the fold's optimism (the latency and compute a slot's own CTAs
+    cannot hide: 7-11% on the stress cases of BENCHMARKS.md)."""
+    from simulator.occupancy import kernel_residency
+    from simulator.sim.fluid import _jobs
+    from traces.schedules import build_schedule
+
+    hw = dataclasses.replace(HW, sm_count=4)
+    problem, tiling = AttentionProblem(2, 16, 1024, 64), Tiling(64, 64, 2, 4)
+    softmax = build_schedule(problem, tiling, "naive").kernels[1]
+    slots = hw.sm_count * kernel_residency(softmax, tiling, 64, hw,
+                                           NAIVE_COMPILED).ctas_per_sm
+    grid = 2 * 16 * 1024  # one CTA a row
+    assert grid / _jobs(grid, slots, loopless=True).size == 8  # the case merges
+    full = run(problem, tiling, "naive", hw, "full", NAIVE_COMPILED)
+    fast = run(problem, tiling, "naive", hw, "aggregated", NAIVE_COMPILED)
+    for a, b in zip(full.runs, fast.runs, strict=True):
+        assert -0.12 < b.time_s / a.time_s - 1 < 0.03, a.name
+
+
+def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
+    """``_fold_merged``: a job of several one-shot CTAs becomes one phase when its SM holds
+    more than ``FOLD_MAX_ALONE`` CTAs or HBM is oversubscribed ``FOLD_MIN_HBM_DEMAND``
+    times; otherwise (and for a job of one CTA) its four phases stay."""
+    import numpy as np
+
+    from simulator.sim.fluid import BODY, FOLD_MAX_ALONE, FOLD_MIN_HBM_DEMAND, _fold_merged
+
+    hw = load_hardware("h200-sxm")
+    hbm = hw.hbm_effective_bytes_per_s
+    first, grid = np.array([0, 1, 3]), 5  # jobs of one, two and two CTAs
+    phase = np.array([1.0, 2.0, 3.0, 4.0])
+    path = 1e-6 * phase.sum()  # a job's summed critical path
+
+    def jobs(hbm_bytes_per_job):
+        B, K, CP = (np.tile(phase, (3, 1)) * s for s in (1.0, 1e-7, 1e-6))
+        M = np.tile(phase / phase.sum(), (3, 1)) * hbm_bytes_per_job
+        return [B, M, K, CP]
+
+    few = FOLD_MAX_ALONE * hw.sm_count  # slots of two CTAs per SM
+    quiet = 0.5 * FOLD_MIN_HBM_DEMAND * hbm * path / few  # HBM bytes: half the threshold
+    kept = _fold_merged(jobs(quiet), first, grid, few, hw)
+    assert all(np.array_equal(a, b) for a, b in zip(kept, jobs(quiet), strict=True))
+    for slots, nbytes in ((few + hw.sm_count, quiet), (few, 4 * quiet)):
+        out = _fold_merged(jobs(nbytes), first, grid, slots, hw)
+        before = jobs(nbytes)
+        for a, b in zip(out, before, strict=True):
+            assert np.array_equal(a[0], b[0])  # a job of one CTA keeps its phases
+            assert np.allclose(a[1:, BODY], b[1:].sum(axis=1))  # merged: all in the body
+            assert not a[1:, :BODY].any() and not a[1:, BODY + 1:].any()
