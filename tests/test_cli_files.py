@@ -49,6 +49,18 @@ def test_a_fifo_is_written_into_not_replaced(tmp_path):
     assert fifo.is_fifo()  # still a FIFO, not a regular file
 
 
+def test_a_stream_path_is_appended_to(tmp_path, monkeypatch):
+    """A path among the process's streams (``/dev/stdout`` redirected to a file) is written
+    into at its end: renaming a file over it would lose what is printed after."""
+    import simulator.cli.common as common
+
+    out = tmp_path / "stdout.txt"
+    out.write_text("printed before\n")
+    monkeypatch.setattr(common, "STREAM_PATHS", (str(tmp_path),))
+    write_atomically(out, lambda tmp: tmp.write_text("the output\n"))
+    assert out.read_text() == "printed before\nthe output\n"
+
+
 def test_a_name_too_long_is_one_line(tmp_path, capsys):
     long = tmp_path / ("y" * 300)
     assert main([*TRACE, "--out", f"{long}.parquet"]) == 2

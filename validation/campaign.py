@@ -55,7 +55,7 @@ def _profile(plan: dict, ids: list[str], exe: str, log_dir: Path, until: float,
         log(f"ncu: metrics not listed by --query-metrics, left out: {', '.join(dropped)}")
     helptext = ncu.run_tool([exe, "--help"]) or ""
     # The target's plan, ids and manifest live in a folder removed when ncu is done.
-    with tempfile.TemporaryDirectory(prefix="tilesim-ncu-") as folder:
+    with tempfile.TemporaryDirectory(prefix="tilesim-ncu-", ignore_cleanup_errors=True) as folder:
         work = Path(folder)
         (work / "plan.json").write_text(json.dumps(plan))
         (work / "ids.txt").write_text("\n".join(ids) + "\n")

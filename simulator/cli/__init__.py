@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from traces.problem import ProblemError
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:  # the file system refused: a name too long, a device, ...
+        if os.environ.get("TILESIM_DEBUG"):
+            raise  # the traceback, for a failure that is not the user's
         where = f": {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"tilesim: error: {exc.strerror or exc}{where}\n")
         return 2

@@ -171,6 +171,10 @@ def check_output_paths(*paths: str | Path | None) -> None:
         if path.is_dir():
             raise ProblemError(f"cannot write {path}: it is a directory; give the name of "
                                "the file to write")
+        if _special(path):  # /dev/null, a FIFO: written into, its folder need not be
+            if not os.access(path, os.W_OK):
+                raise ProblemError(f"cannot write {path}: not writable")
+            continue
         directory = path.parent if str(path.parent) else Path(".")
         if not directory.is_dir():
             raise ProblemError(f"cannot write {path}: directory {directory} does not exist")
@@ -195,10 +199,10 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
     Raises ``ProblemError`` with one clear line if the directory is not writable.
     """
     check_output_paths(path)
-    path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file():
-        _write_through(path, write)
+    if _special(Path(path)):
+        _write_through(Path(path), write)
         return
+    path = Path(os.path.realpath(path))
     directory = path.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -222,6 +226,18 @@ def write_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
             tmp_path.unlink()
 
 
+STREAM_PATHS = ("/dev/std", "/dev/fd/", "/proc/")  # a process's own streams
+
+
+def _special(path: Path) -> bool:
+    """An existing path that is no regular file (a device, a FIFO), or one of the process's
+    streams (``/dev/stdout`` redirected to a file: renaming a file over it would lose what
+    is printed after). Such paths are written into, appended to."""
+    if not path.exists() or path.is_dir():
+        return False
+    return not path.is_file() or str(path).startswith(STREAM_PATHS)
+
+
 def _write_through(path: Path, write: Callable[[Path], None]) -> None:
     """``write`` into a temporary file, then copy its bytes into ``path`` (a device or FIFO,
     which must stay what it is)."""
@@ -231,7 +247,7 @@ def _write_through(path: Path, write: Callable[[Path], None]) -> None:
         tmp_path = Path(folder) / path.name
         try:
             write(tmp_path)
-            with open(tmp_path, "rb") as src, open(path, "wb") as dst:
+            with open(tmp_path, "rb") as src, open(path, "ab") as dst:
                 shutil.copyfileobj(src, dst)
         except OSError as exc:
             raise ProblemError(f"cannot write {path}: {exc.strerror or exc}") from None

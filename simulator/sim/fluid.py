@@ -350,11 +350,15 @@ def _fold_merged(jobs: list[np.ndarray], first: np.ndarray, grid: int, slots: in
     if jobs[0].shape[1] <= BODY or first.size == grid:
         return jobs
     B, M, K, CP = jobs
-    path = CP.sum(axis=1)
-    demand = slots * np.divide(M.sum(axis=1), path, out=np.zeros_like(path), where=path > 0)
-    hidden = (slots > FOLD_MAX_ALONE * hw.sm_count) | (
-        demand >= FOLD_MIN_HBM_DEMAND * hw.hbm_effective_bytes_per_s)
-    fold = (np.diff(np.append(first, grid)) > 1) & hidden
+    merged = np.diff(np.append(first, grid)) > 1
+    # One decision for the kernel (its merged jobs' bytes over their paths), not one per
+    # job: jobs of one kernel differ in their misses, and a kernel of mixed jobs would be
+    # neither.
+    path = CP[merged].sum()
+    demand = slots * M[merged].sum() / path if path > 0 else 0.0
+    hidden = (slots > FOLD_MAX_ALONE * hw.sm_count
+              or demand >= FOLD_MIN_HBM_DEMAND * hw.hbm_effective_bytes_per_s)
+    fold = merged & hidden
     folded = []
     for x in jobs:
         x = x.copy()
