@@ -61,6 +61,12 @@ class _EvaluationsSpent(Exception):
     """The fit used the evaluations it was allowed."""
 
 
+def _key(x) -> tuple:
+    """A point of the fit as the cache's key (rounded: least squares' copies of one point
+    differ in the last bits)."""
+    return tuple(round(float(v), 12) for v in x)
+
+
 def fitted_params(hw) -> list[Param]:
     """The parameters this hardware model exposes."""
     names = {f.name for f in dataclasses.fields(hw)}
@@ -114,9 +120,7 @@ def predictable(records: list[dict], hw, predictor, pool=None) -> tuple[list, li
     """(records the model predicts, their times on ``hw``, refusals): a record the model
     refuses (a tiling that does not fit, ``kernel_facts`` of another config) is left out
     with its reason, ``{"record_id", "reason"}``, instead of stopping the fit."""
-    tasks = [(predictor, rec, hw) for rec in records]
-    results = ([_time_or_refusal(task) for task in tasks] if pool is None else
-               list(pool.map(_time_or_refusal, tasks, chunksize=max(1, len(tasks) // 64))))
+    results = _map(_time_or_refusal, records, hw, predictor, pool)
     kept, times, refused = [], [], []
     for rec, (time_s, reason) in zip(records, results, strict=True):
         if reason is None:
@@ -130,10 +134,15 @@ def predictable(records: list[dict], hw, predictor, pool=None) -> tuple[list, li
 def predicted_times(records: list[dict], hw, predictor, pool=None) -> list[float]:
     """The model's time for each record on ``hw`` (one evaluation of the fit), in ``pool``'s
     processes if given."""
+    return _map(_time_one, records, hw, predictor, pool)
+
+
+def _map(fn, records: list[dict], hw, predictor, pool) -> list:
+    """``fn((predictor, record, hw))`` for each record, in ``pool``'s processes if given."""
     tasks = [(predictor, rec, hw) for rec in records]
     if pool is None:
-        return [_time_one(task) for task in tasks]
-    return list(pool.map(_time_one, tasks, chunksize=max(1, len(tasks) // 64)))
+        return [fn(task) for task in tasks]
+    return list(pool.map(fn, tasks, chunksize=max(1, len(tasks) // 64)))
 
 
 def subsample(records: list[dict], k: int | None, seed: int = 0) -> list[dict]:
@@ -233,7 +242,7 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     best: dict = {"cost": math.inf, "key": None}
 
     def residuals(x) -> list[float]:
-        key = tuple(round(float(v), 12) for v in x)
+        key = _key(x)
         if key not in cache:
             if len(cache) >= max_evals:
                 raise _EvaluationsSpent
@@ -246,7 +255,7 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
         return res
 
     x0 = initial(base, params)
-    start = tuple(round(float(v), 12) for v in x0)
+    start = _key(x0)
     if to_hardware(base, params, start) == base:  # the fit starts where before_train was
         cache[start] = before_train  # one evaluation fewer (minutes with real records)
     try:

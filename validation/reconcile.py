@@ -174,6 +174,20 @@ def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
     return list(latest.values()), len(records) - len(latest)
 
 
+def nothing_compared(report: dict) -> str:
+    """Why a reconciliation compared no record with the model, in one line."""
+    n, why = report["n_records"], ""
+    if report["unpredicted"]:
+        first = report["unpredicted"][0]
+        why = (f"; {len(report['unpredicted'])} the model refuses, the first: "
+               f"{first['record_id']}: {first['reason']}")
+    if report["untimed_records"]:
+        why += f"; {report['untimed_records']} without a timing"
+    if report["peers"]:
+        why += f"; {len(report['peers'])} of PyTorch's peers (measured, not modelled)"
+    return f"none of the {n} records could be compared with the model{why}"
+
+
 def _predict_one(task) -> tuple[dict | None, str | None]:
     """(prediction, None), or (None, why) when the model refuses the config."""
     predictor, rec, hw = task

@@ -23,20 +23,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def nothing_compared(report: dict) -> str:
-    """Why a reconciliation compared no record with the model, in one line."""
-    n, why = report["n_records"], ""
-    if report["unpredicted"]:
-        first = report["unpredicted"][0]
-        why = (f"; {len(report['unpredicted'])} the model refuses, the first: "
-               f"{first['record_id']}: {first['reason']}")
-    if report["untimed_records"]:
-        why += f"; {report['untimed_records']} without a timing"
-    if report["peers"]:
-        why += f"; {len(report['peers'])} of PyTorch's peers (measured, not modelled)"
-    return f"none of the {n} records could be compared with the model{why}"
-
-
 def run(args) -> int:
     from simulator.cli.common import (
         check_counts,
@@ -48,7 +34,7 @@ def run(args) -> int:
     from simulator.explain.common import check_plot_path
     from traces.problem import ProblemError
     from validation import report as rp
-    from validation.reconcile import reconcile
+    from validation.reconcile import nothing_compared, reconcile
 
     check_counts(("--jobs", args.jobs))  # before any file is read or checked
     check_plot_path(args.plot)

@@ -52,7 +52,7 @@ def load_records(paths: list[str], hardware: str) -> dict:
     name = model.source()["source"]
     result = reconcile(recs, predictor=model.predict, model=name, fallback_hardware=hardware)
     if not result["rows"]:
-        from simulator.cli.reconcile_cmd import nothing_compared
+        from validation.reconcile import nothing_compared
 
         raise UserError(nothing_compared(result))
     section = records.from_reconcile(result)

@@ -29,21 +29,21 @@ BOUND_UTILIZATION = 0.5
 
 
 def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float]:
-    hw, t = sim.hardware, run.time_s
+    hw, t = sim.hardware, np.float64(run.time_s)  # numpy float: overflow is inf, not an error
     dram = run.dram_read + run.dram_write
     moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
     slot_time = float((run.cta_end - run.cta_start).sum())
     # A what-if with absurd rates (--set exp_ops_per_s=1e-300) makes rate x time overflow to
     # infinity: the utilization is then 0, without numpy's warnings on stderr.
     with np.errstate(over="ignore"):
-        busy = run.unit_s / (hw.sm_count * np.float64(t))
+        busy = run.unit_s / (hw.sm_count * t)
         return {
-            "hbm": float(dram / (hw.hbm_effective_bytes_per_s * np.float64(t))),
-            "l2": float(moved / (hw.l2_effective_bytes_per_s * np.float64(t))),
+            "hbm": float(dram / (hw.hbm_effective_bytes_per_s * t)),
+            "l2": float(moved / (hw.l2_effective_bytes_per_s * t)),
             "tensor": float(busy[0]),
             "exp": float(busy[1]),
             "fp32": float(busy[2]),
-            "sm_slots": float(slot_time / (hw.sm_count * run.ctas_per_sm * np.float64(t))),
+            "sm_slots": float(slot_time / (hw.sm_count * run.ctas_per_sm * t)),
         }
 
 
