@@ -23,7 +23,8 @@ def fmt_count(n: float | None) -> str:
     return f"{n:,.0f}"
 
 
-def fmt_time(s: float | None) -> str:
+def fmt_time(s: float | None, micro: str = "us", micro_digits: int = 2) -> str:
+    """Seconds in s, ms or microseconds (``micro``: "us" in plain text, "µs" on a page)."""
     if s is None:
         return "-"
     if s >= 1e6:  # a what-if with absurd rates: keep the cell narrow
@@ -32,7 +33,7 @@ def fmt_time(s: float | None) -> str:
         return f"{s:.3f} s"
     if s >= 1e-3:
         return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.2f} us"
+    return f"{s * 1e6:.{micro_digits}f} {micro}"
 
 
 def _resources(pred: dict) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from simulator.cli import render
 from simulator.explain.svgplot import Chart, attr, color_scale, log_bounds, si
 
 NAIVE, FA2, ACCENT, GREY = "#c0392b", "#1f6fb2", "#e67e22", "#7f8c8d"
@@ -21,15 +22,8 @@ MAX_TIMELINE_RECTS = 12_000  # beyond this, consecutive CTAs of a slot are drawn
 
 
 def fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1e6:  # a what-if with absurd rates: keep the cell narrow
-        return f"{s:.3g} s"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} µs"
+    """The CLI's time format with the page's "µs" and one decimal below a millisecond."""
+    return render.fmt_time(s, micro="µs", micro_digits=1)
 
 
 def fmt_bytes(n: float | None) -> str:
