@@ -273,3 +273,39 @@ def test_a_fit_with_every_held_out_record_refused_stops_at_once():
     with pytest.raises(ProblemError, match="refuses every held-out record"):
         fit(recs, load_hardware("h200-sxm"), refuse_held, max_evals=FULL_FIT)
     assert len(calls) == len(recs)  # the base predictions only, no evaluation of the fit
+
+
+def test_a_fit_with_held_l2_jacobian_points_recovers_and_answers_with_an_exact_point():
+    """With ``times_at`` each point is simulated with its Jacobian's points in one call per
+    record (the simulator holds its L2 decisions at those). The fit still recovers the
+    parameters, asks ``predictor`` for nothing but the base and held-out predictions, answers
+    with a point simulated as such (never a Jacobian's), and counts every simulation
+    against --max-evals, the Jacobian's apart."""
+    recs = synthetic_records()
+    base = load_hardware("h200-sxm")
+    firsts, calls, predicted = [], [], []
+
+    def times_at(problem, tiling, schedule, hws, compiled=None):
+        calls.append(len(hws))
+        firsts.append(hws[0])
+        return [additive_model(problem, tiling, schedule, hw)["time_s"] for hw in hws]
+
+    def predictor(problem, tiling, schedule, hw, compiled=None):
+        predicted.append(hw)
+        return additive_model(problem, tiling, schedule, hw)
+
+    report = fit(recs, base, predictor, max_evals=FULL_FIT, times_at=times_at)
+    fitted = {p["field"]: p["fitted"] for p in report["params"]}
+    for field, value in TRUE.items():
+        assert fitted[field] == pytest.approx(value, rel=1e-3), field
+    assert report["held_out"]["after"]["mape_pct"] < 0.1
+    n_train, n_held, n_params = report["n_train"], report["n_held_out"], len(report["params"])
+    assert len(predicted) == n_train + 2 * n_held
+    fitted_hw = report["hardware"]
+    assert fitted_hw in firsts and fitted_hw != base
+    assert set(calls) == {1 + n_params} and len(calls) % n_train == 0
+    points = len(calls) // n_train
+    assert report["held_l2_evaluations"] == points * n_params
+    assert report["evaluations"] == points * (1 + n_params) + 1  # and the base, predicted first
+    capped = fit(recs, base, additive_model, max_evals=3 * (1 + n_params), times_at=times_at)
+    assert capped["evaluations"] == 2 * (1 + n_params) + 1 and not capped["converged"]
