@@ -2,7 +2,6 @@
 
 Run from the repository root:
     python benchmarks/calibrate_recovery.py [--jobs 2] [--diff-step 1e-2 ...]
-        [--jacobian held-l2 exact]
 
 Forty-five configurations (fa2 forward, causal and backward, naive, decode; N = 1k-4k, the
 default matrix's sizes) are predicted by the simulator on the h200-sxm preset with six
@@ -11,9 +10,7 @@ fit starts from the preset's values, as calibrate does, and the script prints ho
 simulator evaluations it took, the parameters it found against the known ones, and the
 train and held-out time MAPE (both 0 at the known parameters). A fit that stalls far from
 them here would stall on real records too. The pass over several finite-difference steps
-is how `validation.calibrate.DIFF_STEP` was chosen; `--jacobian` compares the Jacobian
-calibrate uses (its points timed with the L2 model's decisions held, `held-l2`) with every
-point simulated exactly (`exact`).
+is how `validation.calibrate.DIFF_STEP` was chosen.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ import validation.calibrate as calibrate  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
-from validation.predict import map_tasks, predict, predict_times  # noqa: E402
+from validation.predict import map_tasks, predict  # noqa: E402
 
 
 def known_hardware(base):
@@ -76,8 +73,6 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--diff-step", type=float, nargs="+",
                         default=[calibrate.DIFF_STEP])
-    parser.add_argument("--jacobian", nargs="+", choices=("held-l2", "exact"),
-                        default=["held-l2"])
     args = parser.parse_args()
     base = load_hardware("h200-sxm")
     known = known_hardware(base)
@@ -88,19 +83,16 @@ def main() -> None:
     print(f"{len(records)} SYNTHETIC records; known parameters: "
           + ", ".join(f"{p.field}={getattr(known, p.field):.4g}" for p in params))
     for step in args.diff_step:
-        for jacobian in args.jacobian:
-            calibrate.DIFF_STEP = step
-            start = time.perf_counter()
-            report = calibrate.fit(records, base, predict, jobs=args.jobs,
-                                   times_at=predict_times if jacobian == "held-l2" else None)
-            wall = time.perf_counter() - start
-            found = ", ".join(f"{p['field']}={p['fitted']:.4g}" for p in report["params"])
-            print(f"diff step {step:g}, {jacobian} Jacobian: {report['evaluations']} "
-                  f"evaluations ({report['held_l2_evaluations']} with the L2 held), "
-                  f"{wall:.0f} s (--jobs {args.jobs}); train MAPE "
-                  f"{report['train']['after']['mape_pct']:.2f}%, held-out "
-                  f"{report['held_out']['after']['mape_pct']:.2f}% ({report['message']})\n"
-                  f"  found: {found}", flush=True)
+        calibrate.DIFF_STEP = step
+        start = time.perf_counter()
+        report = calibrate.fit(records, base, predict, jobs=args.jobs)
+        wall = time.perf_counter() - start
+        found = ", ".join(f"{p['field']}={p['fitted']:.4g}" for p in report["params"])
+        print(f"diff step {step:g}: {report['evaluations']} evaluations, {wall:.0f} s "
+              f"(--jobs {args.jobs}); train MAPE {report['train']['after']['mape_pct']:.2f}%, "
+              f"held-out {report['held_out']['after']['mape_pct']:.2f}% "
+              f"({report['message']})\n  found: {found}")
+
 
 if __name__ == "__main__":
     main()

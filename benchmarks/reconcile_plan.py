@@ -10,8 +10,7 @@ time, which does not matter here) and times `tilesim reconcile --jobs N --summar
 them, start to exit. Then it times one evaluation of `tilesim calibrate` — predicting the
 training subset that `--train-max-seq` and `--max-train-records` leave (taken as calibrate
 takes it: the shape split, the length filter, the balanced subsample) — in processes, as
-calibrate does — and one point of the fit as calibrate evaluates it: the point and its
-Jacobian's points, those with the L2 decisions of the point held.
+calibrate does; a fit costs its number of evaluations times that.
 """
 
 from __future__ import annotations
@@ -34,18 +33,13 @@ from simulator.hardware import load_hardware  # noqa: E402
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
 from validation.calibrate import (  # noqa: E402
-    fitted_params,
-    initial,
-    jacobian_steps,
     predicted_times,
     sequence_length,
     split_by_shape,
     subsample,
-    times_at_points,
-    to_hardware,
 )
 from validation.matrix import load_plan  # noqa: E402
-from validation.predict import predict, predict_times  # noqa: E402
+from validation.predict import predict  # noqa: E402
 from validation.records import shape_key, write_records  # noqa: E402
 
 
@@ -81,26 +75,17 @@ def main() -> None:
     hw = load_hardware(plan["hardware"])
     from concurrent.futures import ProcessPoolExecutor
 
-    params = fitted_params(hw)
-    x = initial(hw, params)
-    points = [x] + [[v + h if j == i else v for j, v in enumerate(x)]
-                    for i, h in enumerate(jacobian_steps(x, params))]
-    hws = [to_hardware(hw, params, point) for point in points]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         predicted_times(train[:args.jobs], hw, predict, pool)  # start workers, load caches
         start = time.perf_counter()
         predicted_times(train, hw, predict, pool)
         wall = time.perf_counter() - start
-        start = time.perf_counter()
-        times_at_points(train, hws, predict_times, pool)
-        with_jacobian = time.perf_counter() - start
     groups = collections.Counter(r["schedule"] for r in train)
     print(f"one calibrate evaluation, --train-max-seq {args.train_max_seq} "
           f"--max-train-records {args.max_train_records}: {len(train)} records "
           f"({', '.join(f'{n} {s}' for s, n in sorted(groups.items()))}), --jobs {args.jobs}: "
-          f"{wall:.0f} s; a point with its {len(params)} Jacobian points (the L2 decisions "
-          f"held there), as calibrate evaluates it: {with_jacobian:.0f} s "
-          f"({with_jacobian / wall:.2f} evaluations, against {len(points)} exact)")
+          f"{wall:.0f} s")
+
 
 if __name__ == "__main__":
     main()

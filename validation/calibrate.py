@@ -25,7 +25,7 @@ from pathlib import Path
 
 from traces.problem import ProblemError
 from validation import stats
-from validation.predict import predict_record, predict_record_times
+from validation.predict import predict_record
 from validation.records import group_key, shape_key
 
 
@@ -48,19 +48,24 @@ PARAMS = (
 )
 
 
-# Relative step of the finite-difference Jacobian. The simulator's time is smooth in each
-# parameter only at a coarse scale: events reorder and L2 hits change at small steps. On
-# records the simulator itself "measured" with known parameters (45 configs: fa2 forward,
-# causal and backward, naive, decode; N = 1k-4k), steps of 1e-3 stalled 5.1% from them
-# (train MAPE, 113 evaluations), steps of 1e-2 found them (0.13%, 93 evaluations;
-# benchmarks/calibrate_recovery.py, BENCHMARKS.md).
+# Step of the finite-difference Jacobian, relative to max(1, |x|). The simulator's time is
+# smooth in each parameter only at a coarse scale: events reorder and L2 hits change at
+# small steps. On records the simulator itself "measured" with known parameters (45
+# configs: fa2 forward, causal and backward, naive, decode; N = 1k-4k;
+# benchmarks/calibrate_recovery.py, BENCHMARKS.md), steps of 1e-3 stalled 5.1% from them
+# (train MAPE, 113 evaluations) and steps of 1e-2 found them (0.13%, 93 evaluations) with
+# least squares' own differences; ours (``jacobian_steps``) find them in 74 (0.07%).
 DIFF_STEP = 1e-2
 
 
 def jacobian_steps(x, params: list[Param]) -> list[float]:
-    """The forward-difference step of each variable: ``DIFF_STEP`` relative, at least
-    ``DIFF_STEP`` absolute (least squares' own rule), backward where forward would leave the
-    variable's bounds."""
+    """The forward-difference step of each variable: ``DIFF_STEP`` times max(1, |x|),
+    backward where forward would leave the variable's bounds.
+
+    Not least squares' ``diff_step``, which is relative to |x| alone: the per-iteration
+    overhead starts at 0, where that falls back to a step of about 1e-8, far below the
+    scale at which the simulated time is smooth in it.
+    """
     steps = []
     for v, p in zip(x, params, strict=True):
         h = DIFF_STEP * max(1.0, abs(v))
@@ -148,17 +153,6 @@ def predicted_times(records: list[dict], hw, predictor, pool=None) -> list[float
     return _map(_time_one, records, hw, predictor, pool)
 
 
-def times_at_points(records: list[dict], hws: list, times_at, pool=None) -> list[list[float]]:
-    """Each record's times on ``hws`` (a point of the fit, then its Jacobian's points) from
-    ``times_at``, in ``pool``'s processes if given."""
-    return _map(_times_one, records, hws, times_at, pool)
-
-
-def _times_one(task) -> list[float]:
-    times_at, rec, hws = task
-    return predict_record_times(times_at, rec, hws)
-
-
 def _map(fn, records: list[dict], hw, predictor, pool) -> list:
     """``fn((predictor, record, hw))`` for each record, in ``pool``'s processes if given."""
     tasks = [(predictor, rec, hw) for rec in records]
@@ -198,7 +192,7 @@ def sequence_length(rec: dict) -> int:
 
 def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, seed: int = 0,
         max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None,
-        train_max_seq: int | None = None, warn=None, times_at=None) -> dict:
+        train_max_seq: int | None = None, warn=None) -> dict:
     """Fit on the training shapes, evaluate on the held-out ones; returns the report.
 
     Every evaluation re-simulates the training records, so the cost is (evaluations x
@@ -211,26 +205,21 @@ def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, se
     Records the model refuses are left out before the fit starts (``warn(line)`` is called
     for each, if given) and listed in the report's ``refused``.
 
-    The Jacobian is a forward difference (``jacobian_steps``). With ``times_at``
-    (``validation.predict.predict_times``' signature) each point of the fit is simulated
-    together with its Jacobian's points, record by record, and those are timed with the L2
-    model's decisions at the point held (about half a simulation each): the derivative of
-    the time with which tiles hit held fixed, which is also the smooth part of it. Only
-    the points themselves, simulated exactly, can be the answer. Without it, every point
-    is an exact ``predictor`` evaluation.
+    The Jacobian is a forward difference (``jacobian_steps``), its points simulated like
+    any other.
     """
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             return _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-                        max_train_records, train_max_seq, warn, times_at)
+                        max_train_records, train_max_seq, warn)
     return _fit(records, base, predictor, holdout_fraction, seed, max_evals, None,
-                max_train_records, train_max_seq, warn, times_at)
+                max_train_records, train_max_seq, warn)
 
 
 def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-         max_train_records, train_max_seq, warn, times_at) -> dict:
+         max_train_records, train_max_seq, warn) -> dict:
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -267,45 +256,19 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     meas_train = [r["timing"]["median_s"] for r in train]
     meas_held = [r["timing"]["median_s"] for r in held]
     # Every simulation of the training records, the Jacobian's included (least_squares'
-    # nfev leaves those out), counts against max_evals. The answer is the exactly
-    # evaluated point of least cost: least_squares' own, or (without times_at) a Jacobian
-    # point that did better.
-    cache: dict[tuple, list[float]] = {}  # point -> exact times
-    held_l2: dict[tuple, list[list[float]]] = {}  # point -> times at its Jacobian's points
-    spent = {"exact": 0, "held_l2": 0}
+    # nfev leaves those out), counts against max_evals. The answer is the evaluated point
+    # of least cost: least_squares' own, or a Jacobian point that did better.
+    cache: dict[tuple, list[float]] = {}
     best: dict = {"cost": math.inf, "key": None}
-
-    def jacobian_points(key: tuple) -> list[tuple]:
-        return [_key([v + h if j == i else v for j, v in enumerate(key)])
-                for i, h in enumerate(jacobian_steps(key, params))]
-
-    def spend(exact: int, held: int = 0) -> None:
-        if spent["exact"] + spent["held_l2"] + exact + held > max_evals:
-            raise _EvaluationsSpent
-        spent["exact"] += exact
-        spent["held_l2"] += held
-
-    def evaluate(key: tuple) -> None:
-        if times_at is None:
-            spend(1)
-            cache[key] = predicted_times(train, to_hardware(base, params, key), predictor,
-                                         pool)
-            return
-        points = [key] + jacobian_points(key)
-        spend(1, len(points) - 1)
-        hws = [to_hardware(base, params, point) for point in points]
-        per_record = times_at_points(train, hws, times_at, pool)
-        cache[key] = [times[0] for times in per_record]
-        held_l2[key] = [[times[i] for times in per_record] for i in range(1, len(points))]
-
-    def log_ratios(times: list[float]) -> list[float]:
-        return [math.log(p / m) for p, m in zip(times, meas_train, strict=True)]
 
     def residuals(x) -> list[float]:
         key = _key(x)
         if key not in cache:
-            evaluate(key)
-        res = log_ratios(cache[key])
+            if len(cache) >= max_evals:
+                raise _EvaluationsSpent
+            cache[key] = predicted_times(train, to_hardware(base, params, key), predictor,
+                                         pool)
+        res = [math.log(p / m) for p, m in zip(cache[key], meas_train, strict=True)]
         cost = sum(r * r for r in res)
         if cost < best["cost"]:
             best.update(cost=cost, key=key)
@@ -313,20 +276,17 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
 
     def jacobian(x):
         key = _key(x)
-        if times_at is not None and key not in held_l2:
-            evaluate(key)  # the start, whose exact times came from predictable()
         r0 = np.array(residuals(key))
         columns = []
-        for i, point in enumerate(jacobian_points(key)):
-            r = residuals(point) if times_at is None else log_ratios(held_l2[key][i])
-            columns.append((np.array(r) - r0) / (point[i] - key[i]))
+        for i, h in enumerate(jacobian_steps(key, params)):
+            point = _key([v + h if j == i else v for j, v in enumerate(key)])
+            columns.append((np.array(residuals(point)) - r0) / (point[i] - key[i]))
         return np.stack(columns, axis=1)
 
     x0 = initial(base, params)
     start = _key(x0)
     if to_hardware(base, params, start) == base:  # the fit starts where before_train was
         cache[start] = before_train  # one evaluation fewer (minutes with real records)
-        spent["exact"] += 1
     try:
         result = least_squares(residuals, x0, jac=jacobian,
                                bounds=([p.lo for p in params], [p.hi for p in params]),
@@ -354,8 +314,7 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
                       "after": _errors(after_train, meas_train)},
             "held_out": {"before": _errors(before_held, meas_held),
                          "after": _errors(after_held, meas_held)},
-            "evaluations": spent["exact"] + spent["held_l2"],
-            "held_l2_evaluations": spent["held_l2"], "converged": converged,
+            "evaluations": len(cache), "converged": converged,
             "message": message, "seed": seed,
             "holdout_fraction": holdout_fraction}
 

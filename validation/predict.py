@@ -34,9 +34,6 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     return simulate(problem, tiling, schedule, hw, compiled=compiled)[0]
 
 
-_SIMULATOR_PREDICT = predict
-
-
 def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
     compile's registers and shared memory); None if it has neither for any kernel, or if
@@ -62,47 +59,6 @@ def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
     """``predictor``'s prediction for a Triton record, with the record's compiled resources
     (``compiled=``; None where it has none). ``ProblemError`` if its ``kernel_facts`` name a
     kernel the record's schedule does not launch (they belong to another config)."""
-    problem, tiling, compiled = _record_config(rec, hw)
-    return predictor(problem, tiling, rec["schedule"], hw, compiled=compiled)
-
-
-def predict_times(problem: AttentionProblem, tiling: Tiling, schedule: str,
-                  hws: Sequence[Hardware], compiled=None) -> list[float]:
-    """The simulator's time on each of ``hws`` (one preset with different rates): on the
-    first exactly as ``predict`` gives it, on the others with the L2 model's decisions at
-    the first held (``simulator.sim.fluid.HeldL2``: which tiles hit, not re-decided for
-    the new timing; about half the cost of a simulation). Where the full engine runs (small
-    configurations) it has no decisions to hold, and every time is exact. Calibration's
-    Jacobian (``validation.calibrate``)."""
-    from simulator.sim import run
-
-    first = run(problem, tiling, schedule, hws[0], compiled=compiled,
-                capture_l2=len(hws) > 1)
-    times, held = [first.time_s], first.held_l2
-    del first  # its per-CTA timeline: as large as the decisions (naive attention: GBs)
-    for hw in hws[1:]:
-        times.append(run(problem, tiling, schedule, hw, compiled=compiled,
-                         held_l2=held).time_s)
-    return times
-
-
-def held_l2_times_for(predictor: Predictor) -> Callable | None:
-    """What calibration times its Jacobian's points with: ``predict_times`` where
-    ``predictor`` is this module's ``predict`` (the simulator), None (every point an exact
-    ``predictor`` evaluation) for any other, such as the tests' stand-ins."""
-    return predict_times if predictor is _SIMULATOR_PREDICT else None
-
-
-def predict_record_times(times_at: Callable, rec: dict, hws: Sequence[Hardware]) -> list[float]:
-    """``times_at`` (``predict_times``' signature) for a Triton record, with its compiled
-    resources, as ``predict_record``."""
-    problem, tiling, compiled = _record_config(rec, hws[0])
-    return times_at(problem, tiling, rec["schedule"], hws, compiled=compiled)
-
-
-def _record_config(rec: dict, hw: Hardware) -> tuple:
-    """(problem, tiling, compiled resources) of a record; ``ProblemError`` for stray
-    ``kernel_facts`` (``predict_record``)."""
     from traces.schedules import build_schedule
 
     problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"])
@@ -114,7 +70,8 @@ def _record_config(rec: dict, hw: Hardware) -> tuple:
             raise ProblemError(f"kernel_facts name {', '.join(stray)}, which "
                                f"{rec['schedule']} {problem.pass_} does not launch "
                                f"({', '.join(sorted(launched))})")
-    return problem, tiling, compiled_resources(rec, hw)
+    return predictor(problem, tiling, rec["schedule"], hw,
+                     compiled=compiled_resources(rec, hw))
 
 
 def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:

@@ -16,9 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the shape split")
     p.add_argument("--max-evals", type=int, default=200,
                    help="simulations of the training records at most, the finite-difference "
-                        "Jacobian's included (default 200; a Jacobian point, timed with the L2 "
-                        "model's decisions held, costs about half of one); stopped there, the "
-                        "fit keeps the best point it evaluated")
+                        "Jacobian's included (default 200); stopped there, the fit keeps the "
+                        "best point it evaluated")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes that simulate the training records (default 1)")
     p.add_argument("--max-train-records", type=int, default=None,
@@ -60,8 +59,7 @@ def run(args) -> int:
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs, max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,
-                 warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"),
-                 times_at=predict.held_l2_times_for(predict.predict))
+                 warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"))
     text = calibrated_toml(base_path.read_text(), report, out.stem, record_sources(args.records))
     write_atomically(out, lambda tmp: tmp.write_text(text))
     load_hardware(out)  # the written preset must load
@@ -90,13 +88,8 @@ def run(args) -> int:
     console.print(f"{len(report['train_shapes'])} training shapes, "
                   f"{len(report['held_out_shapes'])} held out"
                   f"{f', {len(unused)} left out of the fit' if unused else ''}; "
-                  f"{report['evaluations']} evaluations{_held(report)} ({report['message']})")
+                  f"{report['evaluations']} evaluations ({report['message']})")
     return 0
-
-
-def _held(report: dict) -> str:
-    n = report.get("held_l2_evaluations")
-    return f", {n} of them Jacobian points with the L2 decisions held" if n else ""
 
 
 def _f(v) -> str:

@@ -43,7 +43,6 @@ class Simulation:
     mode: str
     wall_s: float  # seconds the simulation itself took (not the Python start-up)
     compiled: dict | None = None  # kernel name -> CompiledResources, where given
-    held_l2: object = None  # fluid.HeldL2: this run's L2 decisions, where asked to capture
 
     @property
     def time_s(self) -> float:
@@ -86,16 +85,13 @@ def check_fits(schedule, hw: Hardware, compiled=None) -> None:
 
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-        mode: str = "auto", compiled=None, capture_l2: bool = False,
-        held_l2=None) -> Simulation:
+        mode: str = "auto", compiled=None) -> Simulation:
     """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run
     (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all).
 
     ``compiled`` maps kernel names to ``simulator.occupancy.CompiledResources``: the
     registers and shared memory the compiler gave them, used for residency instead of the
-    estimate. ``capture_l2``: keep the aggregated engine's L2 decisions in the result's
-    ``held_l2`` (None from the full engine, which has none to hold); ``held_l2``: time the
-    configuration again with those decisions held (``sim.fluid.HeldL2``; aggregated only).
+    estimate.
     """
     from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
@@ -116,20 +112,12 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
         mode = "full" if steps <= FULL_MODE_MAX_STEPS else "aggregated"
     cache = L2Cache(hw.l2_bytes, BlockLayout.from_schedule(sched))
     if mode == "full":
-        from simulator.sim.full import FullEngine
-
-        if held_l2 is not None:
-            raise ValueError("held L2 decisions are the aggregated engine's; this run is full")
-        engine, captured = FullEngine(programs, hw, cache, tiling.num_stages), None
+        from simulator.sim.full import FullEngine as Engine
     else:
-        from simulator.sim.fluid import FluidEngine
-
-        engine = FluidEngine(programs, hw, cache, tiling.num_stages, held=held_l2,
-                             capture=capture_l2)
-        captured = engine.captured
-    runs = engine.run()
+        from simulator.sim.fluid import FluidEngine as Engine
+    runs = Engine(programs, hw, cache, tiling.num_stages).run()
     return Simulation(problem, tiling, schedule, hw, sched.tensor_names, runs, mode,
-                      time.perf_counter() - started, compiled, captured)
+                      time.perf_counter() - started, compiled)
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,

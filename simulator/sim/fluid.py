@@ -49,8 +49,6 @@ far smaller than the working set: causal backward, FA1, naive with one stage).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import simpy
 from numba import njit
@@ -242,48 +240,14 @@ def _jobs(grid: int, slots: int, loopless: bool) -> np.ndarray:
     return np.arange(0, grid, per_job, dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class KernelL2:
-    """What the L2 model decided for one kernel of an aggregated run: the replay's per-CTA
-    misses, early misses, write-backs and share of steps that missed (pass C's, as
-    ``CtaCosts.phases`` takes them), the tiles it looked up, the bytes it counted per
-    tensor and the bytes the kernel's end flushed."""
-
-    replayed: tuple[np.ndarray, ...]
-    tiles: int
-    tensor_bytes: np.ndarray
-    flushed: int
-
-
-@dataclass(frozen=True)
-class HeldL2:
-    """The L2 model's decisions of one aggregated run, kernel by kernel (32 bytes a CTA).
-
-    A run given them (``FluidEngine(held=...)``) times the same programs again with the
-    hardware's other rates and these decisions held: pass C alone, no replay, the cache
-    untouched. Which tiles hit depends on timing, so that is not the run the new rates
-    would give, but the part of it that changes smoothly with them: calibration's
-    Jacobian (``validation.predict.predict_times``), about half the cost of a run.
-    """
-
-    kernels: list[KernelL2]
-
-
 class FluidEngine:
     """Runs every kernel of a schedule through passes A, B and C (module docstring)."""
 
     def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
-                 num_stages: int, held: HeldL2 | None = None, capture: bool = False):
+                 num_stages: int):
         self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
         self.env = simpy.Environment()
         self.runs: list[KernelRun] = []
-        # held: the L2 decisions of an earlier run of these programs, used instead of the
-        # cache; capture: keep this run's (``self.captured``) for such a run.
-        self.held = held
-        self.captured = HeldL2([]) if capture else None
-        if held is not None and len(held.kernels) != len(programs):
-            raise ValueError(f"held L2 decisions of {len(held.kernels)} kernels for a run of "
-                             f"{len(programs)}")
 
     def run(self) -> list[KernelRun]:
         self.env.process(self._kernels())
@@ -302,23 +266,33 @@ class FluidEngine:
         slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
         loopless = prog.iterations == 0  # one-shot CTAs: merged jobs, queued bodies
         first = _jobs(prog.grid, slots, loopless)
+        saved, stats_before = cache.snapshot(), cache.stats.copy()
+        # Pass A: each CTA one phase, compulsory misses only.
+        miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
+        fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
         burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
         burst[first[:slots]] = True
-        if self.held is not None:  # pass C alone, on the held decisions
-            decided = self.held.kernels[len(self.runs)]
-            phases = costs.phases(*decided.replayed, burst)
+        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
+        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
+        events, tiles = timed.events, 0
+        for attempt in range(2):
+            start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
+            if attempt:
+                cache.restore(saved)
+            hit, miss, written, first_miss, steps, missed, looked_up = replay(
+                cache, prog, start, loop_start, end, self.stages)
+            tiles += int(looked_up[0])
+            phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
+                                  written.astype(np.float64),
+                                  np.divide(missed, steps, out=np.zeros(prog.grid),
+                                            where=steps > 0), burst)
             final = self._fluid(slots, first, *phases, queued_body=loopless)
-            events, tiles = final.events, decided.tiles
-            tensor_bytes, flushed = decided.tensor_bytes, decided.flushed
-        else:
-            stats_before = cache.stats.copy()
-            replayed, phases, final, events, tiles = self._replayed(prog, costs, slots, first,
-                                                                    burst, loopless)
-            flushed = cache.flush()
-            tensor_bytes = cache.stats - stats_before
-            if self.captured is not None:
-                self.captured.kernels.append(KernelL2(replayed, tiles, tensor_bytes, flushed))
+            events += final.events
+            if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
+                break  # one-shot CTAs: their order hardly depends on timing
+            timed = final
         start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
+        flushed = cache.flush()
         begin = self.env.now
         yield self.env.timeout(float(end.max()) if prog.grid else 0.0)
         done = self.env.now
@@ -332,42 +306,11 @@ class FluidEngine:
             name=prog.name, launch_s=launch, start_s=begin, end_s=self.env.now,
             ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
             sram_bytes_per_cta=prog.sram_bytes, cta_start=start + begin, cta_end=end + begin,
-            cta_slot=slot, tensor_bytes=tensor_bytes, flush_bytes=flushed,
+            cta_slot=slot, tensor_bytes=cache.stats - stats_before, flush_bytes=flushed,
             events=events, tile_accesses=tiles, mode="aggregated", hbm_segments=hbm,
             l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
             issued=prog.totals()["work"].sum(axis=1),
         ))
-
-    def _replayed(self, prog: KernelProgram, costs: CtaCosts, slots: int, first: np.ndarray,
-                  burst: np.ndarray, loopless: bool) -> tuple:
-        """Passes A, B and C of one kernel (module docstring) through the cache: the
-        replay's results as ``costs.phases`` takes them, pass C's phases and FluidKernel,
-        the events of all passes and the tiles looked up."""
-        cache = self.cache
-        saved = cache.snapshot()
-        # Pass A: each CTA one phase, compulsory misses only.
-        miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
-        fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
-        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
-        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
-        events, tiles = timed.events, 0
-        for attempt in range(2):
-            start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
-            if attempt:
-                cache.restore(saved)
-            hit, miss, written, first_miss, steps, missed, looked_up = replay(
-                cache, prog, start, loop_start, end, self.stages)
-            tiles += int(looked_up[0])
-            replayed = (miss.astype(np.float64), first_miss.astype(np.float64),
-                        written.astype(np.float64),
-                        np.divide(missed, steps, out=np.zeros(prog.grid), where=steps > 0))
-            phases = costs.phases(*replayed, burst)
-            final = self._fluid(slots, first, *phases, queued_body=loopless)
-            events += final.events
-            if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
-                break  # one-shot CTAs: their order hardly depends on timing
-            timed = final
-        return replayed, phases, final, events, tiles
 
     def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP,
                queued_body: bool = False) -> FluidKernel:
