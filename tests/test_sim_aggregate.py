@@ -95,10 +95,18 @@ def test_merged_one_shot_jobs_do_not_run_in_step():
 def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
     """``_fold_merged``: a job of several one-shot CTAs becomes one phase when its SM holds
     more than ``FOLD_MAX_ALONE`` CTAs or HBM is oversubscribed ``FOLD_MIN_HBM_DEMAND``
-    times; otherwise (and for a job of one CTA) its four phases stay."""
+    times (a ramp across ``FOLD_BLEND`` of that); otherwise (and for a job of one CTA) its
+    four phases stay."""
     import numpy as np
 
-    from simulator.sim.fluid import BODY, FOLD_MAX_ALONE, FOLD_MIN_HBM_DEMAND, _fold_merged
+    from simulator.sim.fluid import (
+        BODY,
+        FOLD_BLEND,
+        FOLD_MAX_ALONE,
+        FOLD_MIN_HBM_DEMAND,
+        _fold_merged,
+        fold_weight,
+    )
 
     hw = load_hardware("h200-sxm")
     hbm = hw.hbm_effective_bytes_per_s
@@ -122,3 +130,17 @@ def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
             assert np.array_equal(a[0], b[0])  # a job of one CTA keeps its phases
             assert np.allclose(a[1:, BODY], b[1:].sum(axis=1))  # merged: all in the body
             assert not a[1:, :BODY].any() and not a[1:, BODY + 1:].any()
+    # At the threshold itself, half of each phase has moved into the body: the time moves
+    # continuously with the rates across it instead of jumping.
+    at = 2 * quiet  # oversubscribed FOLD_MIN_HBM_DEMAND times
+    out, before = _fold_merged(jobs(at), first, grid, few, hw), jobs(at)
+    for a, b in zip(out, before, strict=True):
+        assert np.array_equal(a[0], b[0])
+        assert np.allclose(a[1:, BODY], 0.5 * b[1:, BODY] + 0.5 * b[1:].sum(axis=1))
+        assert np.allclose(a[1:, :BODY], 0.5 * b[1:, :BODY])
+        assert np.allclose(a[1:].sum(axis=1), b[1:].sum(axis=1))  # nothing lost
+    low, high = (FOLD_MIN_HBM_DEMAND * (1 + sign * FOLD_BLEND) for sign in (-1, 1))
+    ramp = [fold_weight(False, low + (high - low) * i / 10) for i in range(-2, 13)]
+    assert ramp[:3] == [0.0] * 3 and ramp[-3:] == [1.0] * 3
+    assert np.allclose(np.diff(ramp[2:-2]), 0.1)  # linear between
+    assert fold_weight(True, 0.0) == 1.0
