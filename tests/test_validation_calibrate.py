@@ -282,7 +282,6 @@ def test_a_fit_with_every_held_out_record_refused_stops_at_once():
     assert len(calls) == len(recs)  # the base predictions only, no evaluation of the fit
 
 
-
 def test_jacobian_steps_are_one_percent_of_at_least_one_and_stay_in_bounds():
     params = [Param("a", 0.0, 5.0), Param("b", 0.2, 1.0), Param("c", 0.25, 4.0, scale=True)]
     assert jacobian_steps([0.0, 0.5, 2.0], params) == pytest.approx([0.01, 0.01, 0.02])

@@ -63,8 +63,8 @@ def jacobian_steps(x, params: list[Param]) -> list[float]:
     backward where forward would leave the variable's bounds.
 
     Not least squares' ``diff_step``, which is relative to |x| alone: the per-iteration
-    overhead starts at 0, where that falls back to a step of about 1e-8, far below the
-    scale at which the simulated time is smooth in it.
+    overhead starts at 0, where that falls back to about 1.5e-8 of its unit (1.5e-14 s),
+    far below the scale at which the simulated time is smooth in it.
     """
     steps = []
     for v, p in zip(x, params, strict=True):
