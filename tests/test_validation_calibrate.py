@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 from synthetic_records import additive_model, record
@@ -59,6 +60,19 @@ def synthetic_records() -> list[dict]:
     return recs
 
 
+def run_calibrate_cli(tmp_path, monkeypatch, out_name: str, *options: str) -> tuple[int, Path]:
+    """``tilesim calibrate`` on the synthetic records with the additive stand-in as the
+    model; (exit code, the --out path)."""
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    monkeypatch.setattr(predict_mod, "predict", additive_model)
+    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
+    out = tmp_path / out_name
+    code = cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
+                     *options])
+    return code, out
+
+
 def test_split_is_by_shape_and_per_group():
     recs = synthetic_records()
     train, held = split_by_shape(recs, 0.25, seed=0)
@@ -109,13 +123,10 @@ def test_fit_needs_times_and_two_shapes():
 
 
 def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, capsys):
+    code, out = run_calibrate_cli(tmp_path, monkeypatch, "h200-calibrated.toml",
+                                  "--max-evals", str(FULL_FIT))
+    assert code == 0
     path = tmp_path / "synthetic.jsonl"
-    write_records(path, synthetic_records())
-    monkeypatch.setattr(predict_mod, "predict", additive_model)
-    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
-    out = tmp_path / "h200-calibrated.toml"
-    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
-                     "--max-evals", str(FULL_FIT)]) == 0
     assert "held-out" in capsys.readouterr().out
     hw = load_hardware(out)
     assert hw.name == "h200-calibrated"
@@ -209,13 +220,9 @@ def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
 
 
 def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):
-    path = tmp_path / "synthetic.jsonl"
-    write_records(path, synthetic_records())
-    monkeypatch.setattr(predict_mod, "predict", additive_model)
-    monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
-    out = tmp_path / "short.toml"
-    assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
-                     "--train-max-seq", "1024", "--max-train-records", "10"]) == 0
+    code, out = run_calibrate_cli(tmp_path, monkeypatch, "short.toml", "--train-max-seq",
+                                  "1024", "--max-train-records", "10")
+    assert code == 0
     header = out.read_text().split("\nname =")[0]
     assert "training shapes up to N = 1024" in header
     assert "at most 10 training records" in header and "training shapes left out" in header
@@ -302,3 +309,26 @@ def test_the_fit_steps_off_a_zero_parameter_by_a_visible_amount():
 
     fit(recs, base, spy, max_evals=8)  # the start and its Jacobian's six points, and one
     assert any(v == pytest.approx(DIFF_STEP * 1e-6, rel=1e-9) for v in seen)
+
+
+def test_the_cli_says_how_the_fit_goes_on_stderr(tmp_path, monkeypatch, capsys):
+    """A fit takes about an hour on real records: the CLI says when it starts, each
+    evaluation with its training error and the best so far, and when it is done."""
+    code, _ = run_calibrate_cli(tmp_path, monkeypatch, "progress.toml", "--max-evals", "12",
+                                "--json")
+    assert code == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    lines = captured.err.strip().splitlines()
+    assert all(line.startswith("tilesim: calibrate: ") for line in lines)
+    assert lines[0].startswith(f"tilesim: calibrate: fitting 6 parameters to "
+                               f"{report['n_train']} training records")
+    evaluations = [line for line in lines if ": evaluation " in line]
+    # the first evaluation is the base's prediction, made before the fit
+    assert len(evaluations) == report["evaluations"] - 1 == 11
+    assert evaluations[0].startswith("tilesim: calibrate: evaluation 2 of at most 12: ")
+    best = [float(line.split("best so far ")[1].rstrip("%)")) for line in evaluations]
+    assert best == sorted(best, reverse=True)  # the best so far never gets worse
+    assert lines[-1] == ("tilesim: calibrate: fit done (stopped after 12 evaluations "
+                         f"(--max-evals)); predicting the {report['n_held_out']} held-out "
+                         "records")

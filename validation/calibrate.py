@@ -192,7 +192,7 @@ def sequence_length(rec: dict) -> int:
 
 def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, seed: int = 0,
         max_evals: int = 200, jobs: int = 1, max_train_records: int | None = None,
-        train_max_seq: int | None = None, warn=None) -> dict:
+        train_max_seq: int | None = None, warn=None, progress=None) -> dict:
     """Fit on the training shapes, evaluate on the held-out ones; returns the report.
 
     Every evaluation re-simulates the training records, so the cost is (evaluations x
@@ -203,7 +203,9 @@ def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, se
     training records. Neither changes the held-out shapes: they are split off first, at
     every length, and training records left out by either are neither fitted nor reported.
     Records the model refuses are left out before the fit starts (``warn(line)`` is called
-    for each, if given) and listed in the report's ``refused``.
+    for each, if given) and listed in the report's ``refused``. ``progress(line)``, if
+    given, hears what the fit is doing: its start, each evaluation (with the training
+    error there and the best so far) and the held-out predictions at the end.
 
     The Jacobian is a forward difference (``jacobian_steps``), its points simulated like
     any other.
@@ -213,13 +215,13 @@ def fit(records: list[dict], base, predictor, holdout_fraction: float = 0.25, se
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             return _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-                        max_train_records, train_max_seq, warn)
+                        max_train_records, train_max_seq, warn, progress)
     return _fit(records, base, predictor, holdout_fraction, seed, max_evals, None,
-                max_train_records, train_max_seq, warn)
+                max_train_records, train_max_seq, warn, progress)
 
 
 def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
-         max_train_records, train_max_seq, warn) -> dict:
+         max_train_records, train_max_seq, warn, progress) -> dict:
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -263,7 +265,8 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
 
     def residuals(x) -> list[float]:
         key = _key(x)
-        if key not in cache:
+        new = key not in cache
+        if new:
             if len(cache) >= max_evals:
                 raise _EvaluationsSpent
             cache[key] = predicted_times(train, to_hardware(base, params, key), predictor,
@@ -272,6 +275,10 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
         cost = sum(r * r for r in res)
         if cost < best["cost"]:
             best.update(cost=cost, key=key)
+        if new and progress:
+            progress(f"evaluation {len(cache)} of at most {max_evals}: training time MAPE "
+                     f"{stats.mape(cache[key], meas_train):.2f}% (best so far "
+                     f"{stats.mape(cache[best['key']], meas_train):.2f}%)")
         return res
 
     def jacobian(x):
@@ -283,6 +290,11 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
             columns.append((np.array(residuals(point)) - r0) / (point[i] - key[i]))
         return np.stack(columns, axis=1)
 
+    if progress:
+        progress(f"fitting {len(params)} parameters to {len(train)} training records "
+                 f"({len(fitted_shapes)} shapes; {len(held)} held-out records of "
+                 f"{len(held_shapes)} shapes wait for the end); an evaluation simulates "
+                 f"every training record, and each step's Jacobian takes {len(params)}")
     x0 = initial(base, params)
     start = _key(x0)
     if to_hardware(base, params, start) == base:  # the fit starts where before_train was
@@ -299,6 +311,8 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     fitted_hw = to_hardware(base, params, x)
     after_train = cache[x]
     # The held-out records are predicted with fitted parameters only here, after the fit.
+    if progress:
+        progress(f"fit done ({message}); predicting the {len(held)} held-out records")
     after_held = predicted_times(held, fitted_hw, predictor, pool)
     values = []
     for p, v in zip(params, x, strict=True):

@@ -59,7 +59,9 @@ def run(args) -> int:
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs, max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,
-                 warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"))
+                 warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"),
+                 progress=lambda line: print(f"tilesim: calibrate: {line}", file=sys.stderr,
+                                             flush=True))
     text = calibrated_toml(base_path.read_text(), report, out.stem, record_sources(args.records))
     write_atomically(out, lambda tmp: tmp.write_text(text))
     load_hardware(out)  # the written preset must load
