@@ -148,3 +148,18 @@ def test_kernels_resources_checks_its_arguments_before_compiling(tmp_path, capsy
     assert '"--workers" must be >= 1' in one_error_line(capsys)
     assert main([*args, "--out", str(tmp_path / "missing" / "x.json")]) == 2
     assert "does not exist" in one_error_line(capsys)
+
+
+def test_progress_lines_say_each_tenth_of_the_way_after_a_quiet_start(capsys):
+    from simulator.cli.common import progress_lines
+
+    now = [0.0]
+    progress = progress_lines("reconcile", "records predicted", clock=lambda: now[0])
+    for done in range(1, 306):
+        now[0] = done * 0.1  # a record every 0.1 s: the first 10 s say nothing
+        progress(done, 305)
+    lines = capsys.readouterr().err.splitlines()
+    counts = [int(line.split(": ")[2].split(" of ")[0]) for line in lines]
+    assert counts == [100, 122, 153, 183, 214, 244, 275, 305]
+    assert lines[0] == "tilesim: reconcile: 100 of 305 records predicted (10 s)"
+    assert all(line.startswith("tilesim: reconcile: ") for line in lines)

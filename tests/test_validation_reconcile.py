@@ -166,6 +166,7 @@ def test_cli_end_to_end_with_stub_json_and_plot(tmp_path, monkeypatch, capsys):
     assert report["summary"]["overall"]["time"]["max_pct"] == pytest.approx(50)
     assert report["skipped_lines"] and ":7: not valid JSON" in report["skipped_lines"][0]
     assert "warning: skipped" in captured.err
+    assert "reconcile:" not in captured.err  # no progress lines for a quick run
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert run_cli(["reconcile", str(path)], monkeypatch) == 0
     text = capsys.readouterr().out

@@ -74,15 +74,26 @@ def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
                      compiled=compiled_resources(rec, hw))
 
 
-def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1) -> list:
+def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1,
+              progress: Callable[[int, int], None] | None = None) -> list:
     """``[fn(task) for task in tasks]``, spread over ``jobs`` processes when ``jobs > 1``.
 
     ``fn`` and everything in the tasks (a predictor, say) must be picklable: module-level
-    functions. The order of the results is the order of the tasks.
+    functions. The order of the results is the order of the tasks. ``progress(done,
+    total)``, if given, is called as each result arrives (in that order).
     """
+    results: list = []
+
+    def collect(values) -> list:
+        for value in values:
+            results.append(value)
+            if progress:
+                progress(len(results), len(tasks))
+        return results
+
     if jobs <= 1 or len(tasks) <= 1:
-        return [fn(task) for task in tasks]
+        return collect(fn(task) for task in tasks)
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(fn, tasks, chunksize=chunksize))
+        return collect(pool.map(fn, tasks, chunksize=chunksize))

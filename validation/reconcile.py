@@ -199,14 +199,15 @@ def _predict_one(task) -> tuple[dict | None, str | None]:
 
 def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
               model: str | None = None, jobs: int = 1,
-              fallback_hardware: str | None = None) -> dict:
+              fallback_hardware: str | None = None, progress=None) -> dict:
     """The reconciliation report (``tilesim.reconcile/1``) of ``records``.
 
     Each record is predicted on ``hardware`` if given, else on the preset of the GPU it
     ran on, else (a GPU without a preset) on ``fallback_hardware``, else it is an error.
 
     ``jobs > 1`` predicts the records in that many processes (``predictor`` must then be a
-    module-level function); the report is the same.
+    module-level function); the report is the same. ``progress(done, total)``, if given,
+    hears of each prediction (``map_tasks``).
     """
     predictor = predictor or predict_mod.predict
     model = model or predict_mod.model_name()
@@ -231,7 +232,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         if name not in hw_cache:
             hw_cache[name] = load_hardware(name)
         todo.append((rec, name, (predictor, rec, hw_cache[name])))
-    results = predict_mod.map_tasks(_predict_one, [task for _, _, task in todo], jobs)
+    results = predict_mod.map_tasks(_predict_one, [task for _, _, task in todo], jobs,
+                                    progress=progress)
     rows = []
     for (rec, name, _), (pred, refused) in zip(todo, results, strict=True):
         if pred is None:

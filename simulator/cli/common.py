@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -289,3 +290,23 @@ def output_console(width: int = 140):
 def print_json(obj: dict) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def progress_lines(command: str, what: str, steps: int = 10, quiet_s: float = 10.0,
+                   clock: Callable[[], float] = time.perf_counter):
+    """A ``progress(done, total)`` callback that says on stderr, at each tenth of the way
+    (``steps``), how far ``command`` is: ``tilesim: reconcile: 31 of 305 records predicted
+    (41 s)``. Silent for the first ``quiet_s`` seconds, so that a quick run (or one that
+    ends in an error: one line) prints nothing of it; stdout stays the command's own."""
+    start = clock()
+    said = [0]
+
+    def progress(done: int, total: int) -> None:
+        step = done * steps // total
+        elapsed = clock() - start
+        if step > said[0] and elapsed >= quiet_s:
+            said[0] = step
+            print(f"tilesim: {command}: {done} of {total} {what} ({elapsed:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    return progress

@@ -28,6 +28,7 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         print_json,
+        progress_lines,
         read_records_or_fail,
         write_atomically,
     )
@@ -40,7 +41,8 @@ def run(args) -> int:
     check_plot_path(args.plot)
     check_output_paths(args.save)
     records, errors = read_records_or_fail(args.records)
-    report = reconcile(records, hardware=args.hardware, jobs=args.jobs)
+    report = reconcile(records, hardware=args.hardware, jobs=args.jobs,
+                       progress=progress_lines("reconcile", "records predicted"))
     if not report["rows"]:  # before --save: a report of nothing replaces no file
         raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
