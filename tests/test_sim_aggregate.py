@@ -144,3 +144,27 @@ def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
     assert ramp[:3] == [0.0] * 3 and ramp[-3:] == [1.0] * 3
     assert np.allclose(np.diff(ramp[2:-2]), 0.1)  # linear between
     assert fold_weight(True, 0.0) == 1.0
+
+
+def test_the_time_does_not_jump_where_merged_jobs_become_one_phase(monkeypatch):
+    """Naive softmax with HBM oversubscribed about 2.25-2.75 times (four SMs of an H100 with
+    a fortieth of its HBM and 2 MiB of L2, two CTAs per SM, 32 a job), HBM efficiency in
+    steps of 0.5%: with the ramp no step moves the time by more than 3%; a switch at the
+    threshold (the rule until 2026-11-30, put back here) jumps by over 10% at one step."""
+    import numpy as np
+
+    from simulator.sim import fluid
+
+    few = dataclasses.replace(HW, sm_count=4, l2_bytes=2 * 2**20,
+                              hbm_bandwidth_bytes_per_s=HW.hbm_bandwidth_bytes_per_s / 40)
+    problem, tiling = AttentionProblem(1, 4, 1024, 64), Tiling(128, 64, 2, 8)
+
+    def softmax_log_times():
+        return np.log([run(problem, tiling, "naive",
+                           dataclasses.replace(few, hbm_efficiency=0.25 + 0.005 * i),
+                           "aggregated").runs[1].time_s for i in range(25)])
+
+    assert np.abs(np.diff(softmax_log_times())).max() < 0.03
+    monkeypatch.setattr(fluid, "fold_weight", lambda crowded, oversubscription: float(
+        crowded or oversubscription >= fluid.FOLD_MIN_HBM_DEMAND))
+    assert np.abs(np.diff(softmax_log_times())).max() > 0.10
