@@ -60,9 +60,10 @@ def synthetic_records() -> list[dict]:
     return recs
 
 
-def run_calibrate_cli(tmp_path, monkeypatch, out_name: str, *options: str) -> tuple[int, Path]:
+def run_calibrate_cli(tmp_path, monkeypatch, out_name: str,
+                      *options: str) -> tuple[int, Path, Path]:
     """``tilesim calibrate`` on the synthetic records with the additive stand-in as the
-    model; (exit code, the --out path)."""
+    model; (exit code, the records file, the --out path)."""
     path = tmp_path / "synthetic.jsonl"
     write_records(path, synthetic_records())
     monkeypatch.setattr(predict_mod, "predict", additive_model)
@@ -70,7 +71,7 @@ def run_calibrate_cli(tmp_path, monkeypatch, out_name: str, *options: str) -> tu
     out = tmp_path / out_name
     code = cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
                      *options])
-    return code, out
+    return code, path, out
 
 
 def test_split_is_by_shape_and_per_group():
@@ -123,10 +124,9 @@ def test_fit_needs_times_and_two_shapes():
 
 
 def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, capsys):
-    code, out = run_calibrate_cli(tmp_path, monkeypatch, "h200-calibrated.toml",
-                                  "--max-evals", str(FULL_FIT))
+    code, path, out = run_calibrate_cli(tmp_path, monkeypatch, "h200-calibrated.toml",
+                                        "--max-evals", str(FULL_FIT))
     assert code == 0
-    path = tmp_path / "synthetic.jsonl"
     assert "held-out" in capsys.readouterr().out
     hw = load_hardware(out)
     assert hw.name == "h200-calibrated"
@@ -220,8 +220,8 @@ def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
 
 
 def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):
-    code, out = run_calibrate_cli(tmp_path, monkeypatch, "short.toml", "--train-max-seq",
-                                  "1024", "--max-train-records", "10")
+    code, _, out = run_calibrate_cli(tmp_path, monkeypatch, "short.toml", "--train-max-seq",
+                                     "1024", "--max-train-records", "10")
     assert code == 0
     header = out.read_text().split("\nname =")[0]
     assert "training shapes up to N = 1024" in header
@@ -314,8 +314,8 @@ def test_the_fit_steps_off_a_zero_parameter_by_a_visible_amount():
 def test_the_cli_says_how_the_fit_goes_on_stderr(tmp_path, monkeypatch, capsys):
     """A fit takes about an hour on real records: the CLI says when it starts, each
     evaluation with its training error and the best so far, and when it is done."""
-    code, _ = run_calibrate_cli(tmp_path, monkeypatch, "progress.toml", "--max-evals", "12",
-                                "--json")
+    code, _, _ = run_calibrate_cli(tmp_path, monkeypatch, "progress.toml", "--max-evals",
+                                   "12", "--json")
     assert code == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)
