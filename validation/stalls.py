@@ -1,0 +1,157 @@
+"""Where the time goes inside a kernel: Nsight Compute's raw page, read per launch.
+
+``validation/run_stalls.sh`` profiles a few configs with ncu's sections (``--csv --page
+raw``: one row per launch, one column per metric, a units row under the header) and writes
+a manifest of which config launched which kernels, as the matrix run does. This module
+reads such a folder back and derives what the compute model needs from it:
+
+- per launch: duration, how busy the tensor, exp (XU) and FMA pipes were (percent of their
+  sustained peak while the SM was active), issue activity, resident warps, and the warp
+  stall reasons that cost the most (ncu's stalls per issued instruction);
+- the overlap bound. If three pipes are active ``t``, ``x`` and ``f`` percent of the time
+  and they sum past 100%, at least ``(sum - 100) / (sum - max)`` of the non-busiest pipes'
+  time ran while the busiest one was active too: time spent only by one pipe at a time adds
+  up to at most 100%. Launches summing below 100% bound nothing (their pipes may take turns
+  and still leave the SM idle some of the time). The preset's ``unit_overlap`` is the median
+  of these bounds (``simulator.sim.compute``).
+
+    python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from validation.ncu import NcuParseError, kernel_base_name, parse_value
+
+TENSOR = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
+EXP = "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
+FMA = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
+ISSUE = "sm__issue_active.avg.pct_of_peak_sustained_elapsed"
+WARPS = "sm__warps_active.avg.per_cycle_active"
+DURATION = "gpu__time_duration.sum"
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+STALL_SUFFIX = "_per_issue_active.ratio"
+
+
+@dataclass
+class Launch:
+    config: str  # the config id, or "setup" for a backward's set-up forward
+    kernel: str
+    duration_s: float
+    pipes_pct: dict  # tensor, exp, fma: percent of peak while active
+    issue_pct: float
+    warps: float  # resident warps per active cycle
+    stalls: dict = field(default_factory=dict)  # reason -> stalls per issued instruction
+
+    @property
+    def pipes_sum_pct(self) -> float:
+        return sum(self.pipes_pct.values())
+
+    def overlap_bound(self) -> float | None:
+        """The least share of the non-busiest pipes' time that overlapped the busiest
+        (module docstring), or None where the pipes sum to at most 100%."""
+        total, busiest = self.pipes_sum_pct, max(self.pipes_pct.values())
+        if total <= 100.0 or total <= busiest:
+            return None
+        return (total - 100.0) / (total - busiest)
+
+
+def read_folder(folder: str | Path) -> list[Launch]:
+    """The launches of one ``run_stalls.sh`` folder (``stalls.csv`` and
+    ``stalls_manifest.jsonl``), each labelled with its config by launch order."""
+    folder = Path(folder)
+    lines = [line for line in (folder / "stalls.csv").read_text().splitlines()
+             if line.startswith('"')]  # ncu's own ==PROF== / ==WARNING== lines are not CSV
+    rows = list(csv.reader(lines))
+    if len(rows) < 2 or not rows[0] or rows[0][0] != "ID":
+        raise NcuParseError(f"{folder / 'stalls.csv'}: no ncu raw table (header starting "
+                            'with "ID", then a units row)')
+    header, units, data = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(header)}
+    missing = [m for m in (TENSOR, EXP, FMA, ISSUE, WARPS, DURATION, "Kernel Name")
+               if m not in col]
+    if missing:
+        raise NcuParseError(f"{folder / 'stalls.csv'}: no column {', '.join(missing)}")
+    labels = []
+    for line in (folder / "stalls_manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        labels += [(entry.get("config") or "setup", k) for k in entry.get("kernels", [])]
+    if len(labels) != len(data):
+        raise NcuParseError(f"{folder}: {len(data)} profiled launches but the manifest "
+                            f"names {len(labels)}")
+
+    def value(row, name) -> float:
+        number, _ = parse_value(row[col[name]], units[col[name]])
+        return float("nan") if number is None else number
+
+    stall_names = [h for h in header if h.startswith(STALL_PREFIX) and h.endswith(STALL_SUFFIX)]
+    launches = []
+    for row, (config, kernel) in zip(data, labels, strict=True):
+        name = kernel_base_name(row[col["Kernel Name"]])
+        if name != kernel:
+            raise NcuParseError(f"{folder}: launch {row[col['ID']]} is {name}, but the "
+                                f"manifest expects {kernel} (config {config})")
+        launches.append(Launch(
+            config=config, kernel=kernel, duration_s=value(row, DURATION),
+            pipes_pct={"tensor": value(row, TENSOR), "exp": value(row, EXP),
+                       "fma": value(row, FMA)},
+            issue_pct=value(row, ISSUE), warps=value(row, WARPS),
+            stalls={s[len(STALL_PREFIX):-len(STALL_SUFFIX)]: value(row, s) for s in stall_names},
+        ))
+    return launches
+
+
+def overlap_summary(launches: list[Launch]) -> dict:
+    """The overlap bounds of the launches whose pipes sum past 100%: n, median, range."""
+    bounds = [b for b in (launch.overlap_bound() for launch in launches) if b is not None]
+    if not bounds:
+        return {"launches": len(launches), "n": 0, "median": None, "min": None, "max": None}
+    return {"launches": len(launches), "n": len(bounds), "median": statistics.median(bounds),
+            "min": min(bounds), "max": max(bounds)}
+
+
+def _row(launch: Launch) -> str:
+    top = sorted(launch.stalls.items(), key=lambda kv: -kv[1])[:3]
+    p = launch.pipes_pct
+    bound = launch.overlap_bound()
+    return (f"{launch.config[:56]:56s} {launch.kernel:18s} {launch.duration_s * 1e6:9.1f} us  "
+            f"tensor {p['tensor']:5.1f}  exp {p['exp']:5.1f}  fma {p['fma']:5.1f}  "
+            f"sum {launch.pipes_sum_pct:5.1f}  "
+            f"{'' if bound is None else f'bound {bound:.2f}  '}issue {launch.issue_pct:4.1f}  "
+            f"warps {launch.warps:4.1f}  | " + ", ".join(f"{k} {v:.2f}" for k, v in top))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.stalls",
+                                     description="Pipe activity and stall reasons per launch "
+                                     "from run_stalls.sh folders; the unit-overlap bound.")
+    parser.add_argument("folders", nargs="+")
+    args = parser.parse_args(argv)
+    launches = []
+    try:
+        for folder in args.folders:
+            launches += read_folder(folder)
+    except (OSError, ValueError, NcuParseError) as exc:  # JSON errors are ValueErrors
+        print(f"tilesim: stalls: {exc}", file=sys.stderr)
+        return 2
+    for launch in launches:
+        print(_row(launch))
+    s = overlap_summary(launches)
+    if s["n"]:
+        print(f"unit overlap: {s['n']} of {s['launches']} launches have pipes summing past "
+              f"100%; their overlap bounds: median {s['median']:.3f} "
+              f"({s['min']:.3f}-{s['max']:.3f})")
+    else:
+        print(f"unit overlap: none of {s['launches']} launches has pipes summing past 100%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
