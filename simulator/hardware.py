@@ -21,7 +21,8 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
-ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s")  # overheads may be none
+# Overheads may be none; an SM's units may not overlap at all (unit_overlap 0).
+ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overlap")
 
 
 L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
@@ -78,6 +79,7 @@ class Hardware:
     tensor_sync_efficiency: float  # of the peak, for synchronous mma (all before sm_90)
     fp32_flops_per_s: float
     exp_ops_per_s: float
+    unit_overlap: float  # share of an SM's non-busiest unit time that overlaps the busiest
     # Kernels
     kernel_launch_overhead_s: float
     iteration_overhead_s: float  # fixed latency of each loop iteration of a CTA
@@ -116,9 +118,10 @@ class Hardware:
             elif f.type == "int" and not isinstance(value, int):
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
         for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency",
-                     "tensor_sync_efficiency"):
+                     "tensor_sync_efficiency", "unit_overlap"):
             if getattr(self, name) > 1:
-                raise HardwareError(f'hardware "{self.name}": "{name}" must be in (0, 1].')
+                low = "[0" if name in ZERO_ALLOWED else "(0"
+                raise HardwareError(f'hardware "{self.name}": "{name}" must be in {low}, 1].')
         if self.l2_sector_bytes != L2_SECTOR_BYTES:
             raise HardwareError(
                 f'hardware "{self.name}": l2_sector_bytes {self.l2_sector_bytes} is not '

@@ -102,8 +102,25 @@ def test_hopper_derived_numbers():
         assert hw.l2_bandwidth_bytes_per_s == pytest.approx(4472 * hw.sm_clock_hz, rel=1e-9)
         assert hw.l2_latency_s * hw.sm_clock_hz == pytest.approx(300, rel=1e-3)
         assert hw.hbm_latency_s * hw.sm_clock_hz == pytest.approx(700, rel=1e-3)
+
+
+def test_h200_efficiencies_are_the_most_its_records_reached():
+    """hbm_efficiency and l2_efficiency of the H200 preset: the highest DRAM and L2 rates
+    (ncu bytes over ncu duration) any kernel of the committed H200 records reached."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "validation/records/h200-default-2026-11-30.jsonl"
+    kernels = [k for line in path.read_text().splitlines()
+               for k in (json.loads(line).get("counters") or {}).get("kernels", [])]
+    assert len(kernels) == 695
+    dram = max((k["dram_read_bytes"] + k["dram_write_bytes"]) / k["duration_s"]
+               for k in kernels)
+    l2 = max((k["l2_read_sectors"] + k["l2_write_sectors"]) * 32 / k["duration_s"]
+             for k in kernels)
     h200 = load_hardware("h200-sxm")
-    assert h200.hbm_efficiency == pytest.approx(4.3e12 / 4.8e12, abs=1e-3)
+    assert h200.hbm_efficiency == pytest.approx(dram / h200.hbm_bandwidth_bytes_per_s, abs=1e-3)
+    assert h200.l2_efficiency == pytest.approx(l2 / h200.l2_bandwidth_bytes_per_s, abs=1e-3)
 
 
 def test_same_chip_differs_only_where_it_should():

@@ -1,10 +1,11 @@
-"""The compute model: busiest-unit throughput, the CTA's own critical path, iteration overhead.
+"""The compute model: the units' busy time, the CTA's own critical path, iteration overhead.
 
-``simulator.sim.compute`` says a step keeps the SM's busiest unit busy for ``max(units)``
-seconds and lasts, for its CTA alone, ``max(busy, sum(units) / c)`` with ``c`` warps per
-processing block. The engine tests take one CTA alone on the GPU, whose loop is
-compute-bound, so that every other term cancels between two runs that differ only in warps
-or overhead: the difference in time is the difference in the CTA's summed compute path.
+``simulator.sim.compute`` says a step keeps the SM's units busy for ``max(units) + (1 -
+unit_overlap) x (sum(units) - max(units))`` seconds and lasts, for its CTA alone,
+``max(busy, sum(units) / c)`` with ``c`` warps per processing block. The engine tests take
+one CTA alone on the GPU, whose loop is compute-bound, so that every other term cancels
+between two runs that differ only in warps or overhead: the difference in time is the
+difference in the CTA's summed compute path.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import pytest
 
 from simulator.hardware import load_hardware
 from simulator.sim import run
-from simulator.sim.compute import path_seconds, uses_wgmma
+from simulator.sim.compute import busy_seconds, path_seconds, uses_wgmma
 from simulator.sim.program import schedule_programs
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
 from traces.tiling import Tiling
 
 HW = load_hardware("h100-sxm5")
+OVERLAPPED = dataclasses.replace(HW, unit_overlap=1.0)  # only the busiest unit counts
 UNITS = np.array([[3.0, 1.0], [2.0, 1.0], [1.0, 4.0]])  # [tensor, exp, fp32] x two steps
 
 
@@ -30,10 +32,21 @@ def test_path_of_one_warp_per_block_is_the_sum_of_its_units():
     assert path_seconds(UNITS, 4, HW).tolist() == [6.0, 6.0]
 
 
-def test_two_warps_per_block_overlap_up_to_the_busiest_unit():
-    # max(busiest, sum / 2): (3, 6/2) and (4, 6/2)
-    assert path_seconds(UNITS, 8, HW).tolist() == [3.0, 4.0]
-    assert path_seconds(UNITS, 32, HW).tolist() == [3.0, 4.0]  # never below the busiest
+def test_busy_time_is_the_busiest_unit_plus_the_share_of_the_others_that_does_not_overlap():
+    # busiest 3 and 4, the others 3 and 2 more
+    assert busy_seconds(UNITS, OVERLAPPED).tolist() == [3.0, 4.0]
+    assert busy_seconds(UNITS, dataclasses.replace(HW, unit_overlap=0.0)).tolist() == [6.0, 6.0]
+    assert busy_seconds(UNITS, dataclasses.replace(HW, unit_overlap=0.25)).tolist() == [
+        3.0 + 0.75 * 3.0, 4.0 + 0.75 * 2.0]
+
+
+def test_two_warps_per_block_overlap_up_to_the_busy_time():
+    # max(busy, sum / 2): with full overlap (3, 6/2) and (4, 6/2)
+    assert path_seconds(UNITS, 8, OVERLAPPED).tolist() == [3.0, 4.0]
+    assert path_seconds(UNITS, 32, OVERLAPPED).tolist() == [3.0, 4.0]  # never below the busiest
+    # with the preset's overlap the busy time is the longer: 3 + 0.81 x 3 and 4 + 0.81 x 2
+    assert HW.unit_overlap == 0.19
+    assert path_seconds(UNITS, 8, HW).tolist() == pytest.approx([5.43, 5.62])
 
 
 def test_fewer_warps_than_blocks_use_only_part_of_the_sm():
@@ -75,16 +88,22 @@ def test_iteration_overhead_adds_once_per_iteration(mode):
     assert more - base == pytest.approx(n * 1e-6, rel=1e-6)
 
 
-def test_resident_ctas_overlap_up_to_the_busiest_unit():
-    """Many CTAs per SM: time approaches the busiest unit's, not the sum of the units."""
+@pytest.mark.parametrize("overlap", [1.0, 0.19, 0.0])
+def test_resident_ctas_overlap_up_to_the_busy_time(overlap):
+    """Many CTAs per SM: time approaches the units' busy time (the busiest unit, plus the
+    share of the others that does not overlap it), not the sum of the CTAs' paths."""
+    hw = dataclasses.replace(HW, unit_overlap=overlap)
     problem = AttentionProblem(4, 32, 4096, 128)
     tiling = Tiling(128, 64, 2, 4)
-    sim = run(problem, tiling, "fa2", HW, "aggregated")
+    sim = run(problem, tiling, "fa2", hw, "aggregated")
     (kernel,) = sim.runs
-    busiest = kernel.unit_s.max() / HW.sm_count
-    total = kernel.unit_s.sum() / HW.sm_count
+    busiest = kernel.unit_s.max() / hw.sm_count
+    total = kernel.unit_s.sum() / hw.sm_count
+    busy = busiest + (1 - overlap) * (total - busiest)
     assert kernel.ctas_per_sm >= 2
-    assert busiest < kernel.time_s < 0.8 * total
+    assert busy < kernel.time_s < 1.05 * busy  # measured 1.034-1.037 (loads, the last wave)
+    if overlap == 1.0:
+        assert kernel.time_s < 0.8 * total
 
 
 def test_wgmma_needs_sm90_whole_warpgroups_and_rows_in_64s():

@@ -17,6 +17,7 @@ from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 from validation.calibrate import (
     DIFF_STEP,
+    PARAMS,
     Param,
     fit,
     jacobian_steps,
@@ -135,7 +136,7 @@ def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, cap
     assert "fitted by tilesim calibrate from records:" in text
     assert str(path) in text and "sha256:" in text
     assert "Held-out shapes (never fitted on)" in text and "Held-out time MAPE" in text
-    assert text.count("# fitted by tilesim calibrate (base") == 6
+    assert text.count("# fitted by tilesim calibrate (base") == len(PARAMS)
     assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out",
                      str(tmp_path / "x.txt")]) == 2
 
@@ -307,7 +308,7 @@ def test_the_fit_steps_off_a_zero_parameter_by_a_visible_amount():
         seen.append(hw.iteration_overhead_s)
         return additive_model(problem, tiling, schedule, hw)
 
-    fit(recs, base, spy, max_evals=8)  # the start and its Jacobian's six points, and one
+    fit(recs, base, spy, max_evals=len(PARAMS) + 2)  # the start, its Jacobian's points, one
     assert any(v == pytest.approx(DIFF_STEP * 1e-6, rel=1e-9) for v in seen)
 
 
@@ -321,7 +322,7 @@ def test_the_cli_says_how_the_fit_goes_on_stderr(tmp_path, monkeypatch, capsys):
     report = json.loads(captured.out)
     lines = captured.err.strip().splitlines()
     assert all(line.startswith("tilesim: calibrate: ") for line in lines)
-    assert lines[0].startswith(f"tilesim: calibrate: fitting 6 parameters to "
+    assert lines[0].startswith(f"tilesim: calibrate: fitting {len(PARAMS)} parameters to "
                                f"{report['n_train']} training records")
     evaluations = [line for line in lines if ": evaluation " in line]
     # the first evaluation is the base's prediction, made before the fit

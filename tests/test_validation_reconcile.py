@@ -220,11 +220,13 @@ def test_cli_refuses_zero_jobs(tmp_path, monkeypatch, capsys):
 
 def test_per_kernel_rows_by_hand():
     """SYNTHETIC: a naive record whose ncu counters list its three kernels. Each kernel's
-    predicted time loses the preset's launch overhead (3 us on h200-sxm) before it meets
+    predicted time loses the preset's launch overhead (1 us on h200-sxm) before it meets
     ncu's duration; kernels that are not the prediction's give no per-kernel rows."""
+    from simulator.hardware import load_hardware
+
     names = ["naive_qk", "naive_softmax", "naive_pv"]
-    launch = 3e-6
-    predicted_s = [13e-6, 23e-6, 53e-6]  # 10, 20, 50 us on the GPU after the launch
+    launch = load_hardware("h200-sxm").kernel_launch_overhead_s
+    predicted_s = [t + launch for t in (10e-6, 20e-6, 50e-6)]  # on the GPU after the launch
     measured_s = [8e-6, 25e-6, 50e-6]
     dram_pred, dram_meas = [1e6, 2e6, 3e6], [1e6, 1e6, 4e6]
 

@@ -1,12 +1,13 @@
 """Calibration: fit the model's few effective parameters to measured times.
 
 The parameters are the ones a preset exposes as achievable fractions or rates (whichever
-exist on ``Hardware``): ``hbm_efficiency``, ``l2_efficiency``, ``tensor_efficiency``, the
-exp rate (``exp_ops_per_s``, scaled, since there is no exp efficiency), the kernel launch
-overhead and the per-iteration overhead (a fixed latency on every loop iteration's path).
-They are fitted by least squares on log(predicted / measured time) — relative errors, so
-that microsecond decode kernels weigh as much as 10 ms naive ones — over a TRAINING set
-of shapes.
+exist on ``Hardware``): ``hbm_efficiency``, ``l2_efficiency``, ``tensor_efficiency`` and
+``tensor_sync_efficiency`` (matmuls that compile to wgmma and to mma.sync), the exp rate
+(``exp_ops_per_s``, scaled, since there is no exp efficiency), how far an SM's units
+overlap (``unit_overlap``), the kernel launch overhead and the per-iteration overhead (a
+fixed latency on every loop iteration's path). They are fitted by least squares on
+log(predicted / measured time) — relative errors, so that microsecond decode kernels weigh
+as much as 10 ms naive ones — over a TRAINING set of shapes.
 
 The split is by shape (problem and schedule), never by tiling: every tiling of a held-out
 shape is held out, so the reported error is on problems the fit never saw. Within each
@@ -42,7 +43,9 @@ PARAMS = (
     Param("hbm_efficiency", 0.3, 1.0),
     Param("l2_efficiency", 0.2, 1.0),
     Param("tensor_efficiency", 0.2, 1.0),
+    Param("tensor_sync_efficiency", 0.1, 1.0),
     Param("exp_ops_per_s", 0.25, 4.0, scale=True),
+    Param("unit_overlap", 0.0, 1.0),
     Param("kernel_launch_overhead_s", 0.0, 50.0, unit=1e-6),
     Param("iteration_overhead_s", 0.0, 5.0, unit=1e-6),
 )

@@ -19,9 +19,11 @@ What is counted:
   horizontal line at ``E * F`` with ``F`` = the FA2 schedule's FLOPs per exp for this
   problem (``~4d`` forward: ``2d`` for ``QK^T`` and ``2d`` for ``PV`` per score); when that
   line lies below the tensor peak the exp unit, not the tensor cores, is the compute roof.
-- Each kernel's own compute ceiling is ``W / max(tensor/P, exps/E, other/F)`` with the
-  simulator's unit rates (achievable tensor rate; ``F`` = half the datasheet FP32 rate, as
-  "other" FLOPs are not FMAs); units run concurrently, the busiest one sets the pace. Its attainable
+- Each kernel's own compute ceiling is ``W / T`` with the simulator's unit times
+  (``tensor/P``, ``exps/E``, ``other/F``: achievable tensor rate; ``F`` = half the datasheet
+  FP32 rate, as "other" FLOPs are not FMAs) combined as the simulator does: ``T`` is the
+  busiest unit's time plus ``1 - unit_overlap`` of the others' (``simulator.sim.compute``;
+  the busiest unit is the one named as the bound). Its attainable
   rate is ``W / max(that compute time, D / B)``; its utilisation is the tensor-core FLOP/s
   it reaches at that bound as a fraction of the datasheet peak.
 """
@@ -79,7 +81,8 @@ def place_kernel(kernel: dict, schedule: str, dtype: str, hw: Hardware) -> dict:
     f = kernel["flops"]
     compute_times = model.compute_times_s(f, dtype, hw)
     compute_unit = max(compute_times, key=lambda k: compute_times[k])
-    compute_s = compute_times[compute_unit]
+    busiest = compute_times[compute_unit]  # the others overlap it by unit_overlap
+    compute_s = busiest + (1.0 - hw.unit_overlap) * (sum(compute_times.values()) - busiest)
     memory_s = dram / hw.hbm_effective_bytes_per_s
     bound_s, bound = max((memory_s, "hbm"), (compute_s, compute_unit))
     model_s = kernel.get("time_s")

@@ -17,11 +17,17 @@ spread evenly over them. Within one warp the work of a step is a dependent chain
 scores' matmul, then their softmax, then the second matmul (FA3 §3.1–3.2: FlashAttention-2
 runs softmax and GEMMs one after the other within a warpgroup; overlapping them needs more
 warps or explicit ping-pong scheduling) — so one warp per processing block runs its units in
-turn, and ``c`` warps per block (``num_warps / sm_subpartitions``) overlap one another's
-units, up to the busiest unit's throughput. Two numbers per step follow:
+turn, and ``c`` warps per block (``num_warps / sm_subpartitions``) could overlap one
+another's units. Measured, they mostly do not: in our Triton kernels on an H200 the tensor,
+exp (XU) and FMA pipes are active 64–120% of the time *together* (Nsight Compute,
+``validation/records/raw/h200-stalls-2026-11-30``), where units that overlapped fully would
+show the busiest one near 100% and the sum far above. The preset's ``unit_overlap`` is the
+share of the other units' time that overlaps the busiest one (0: the units take turns; 1:
+only the busiest counts). Two numbers per step follow:
 
-- ``busy`` (*throughput*): seconds of the SM's busiest unit, ``max(tensor, exp, fp32)`` —
-  what the step takes from the SM that other resident CTAs cannot use;
+- ``busy`` (*throughput*): seconds the SM's units are occupied,
+  ``max + (1 - unit_overlap) x (sum - max)`` over (tensor, exp, fp32) — what the step takes
+  from the SM that other resident CTAs cannot use;
 - ``path`` (*critical path*): how long the step takes for its CTA alone,
   ``max(busy, (tensor + exp + fp32) / c)`` (with fewer warps than blocks, ``c = 1`` and the
   CTA uses only ``num_warps`` of the blocks, so every unit time is scaled up by
@@ -68,10 +74,16 @@ def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str,
     return np.asarray(amounts, dtype=np.float64) / sm_rates(hw, dtype, wgmma)[:, None]
 
 
+def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
+    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[3, n]``."""
+    busiest = unit_s.max(axis=0)
+    return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
+
+
 def path_seconds(unit_s: np.ndarray, num_warps: int, hw: Hardware) -> np.ndarray:
     """A step's critical path for its CTA alone (module docstring); ``unit_s`` is ``[3, n]``."""
     blocks = hw.sm_subpartitions
     used = min(num_warps, blocks)  # processing blocks the CTA's warps occupy
     per_block = unit_s * (blocks / used)  # seconds on the blocks the CTA uses
     warps_per_block = max(1.0, num_warps / blocks)
-    return np.maximum(per_block.max(axis=0), per_block.sum(axis=0) / warps_per_block)
+    return np.maximum(busy_seconds(per_block, hw), per_block.sum(axis=0) / warps_per_block)

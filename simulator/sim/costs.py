@@ -4,8 +4,8 @@ From a kernel's program (``program``), per CTA: bytes loaded and stored by phase
 program, compute seconds, and — given its L2 misses — the four phases the fluid runs it as
 (``fluid``): the latency of its first loads, their transfer, the body, the last stores.
 Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port, bytes through HBM,
-busiest-unit seconds on its SM, and its critical path alone on the GPU (which counts each
-compute step's critical path, ``simulator.sim.compute``).
+busy seconds of its SM's units (``compute.busy_seconds``), and its critical path alone on
+the GPU (which counts each compute step's critical path, ``simulator.sim.compute``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   nobody waits for. Stores cross the port and L2 and are not waited for, except that a CTA
   retires only once its stores have been accepted by L2.
 - **Compute** (``compute``): a step ends its critical path after it starts, but not before
-  its SM's units have done the busiest-unit seconds queued before it and its own: the
-  CTAs of one SM share its units first come, first served.
+  its SM's units have done the busy seconds (``compute.busy_seconds``) queued before it
+  and its own: the CTAs of one SM share its units first come, first served.
 
 This engine is exact for its model and costs a few events per tile step, so it is used for
 problems of up to about a hundred thousand loop iterations; ``fluid`` aggregates the

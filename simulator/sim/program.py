@@ -13,8 +13,8 @@ loops of a spread of CTAs; otherwise the whole grid is evaluated.
 Compute steps count the work the hardware issues (``Compute.issued``: whole tiles, padded
 rows), not only the valid elements ``count`` reports. They are folded, per unit (CTA or
 iteration), into seconds of the tensor cores, the exp unit and the FP32 ALUs of one SM,
-into busiest-unit seconds (what the SM's units are busy) and into critical-path seconds
-(how long the CTA waits; ``simulator.sim.compute``).
+into busy seconds (how long the SM's units are occupied, ``compute.busy_seconds``) and
+into critical-path seconds (how long the CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
 phase the engines issue all loads together, run the compute when they have arrived, then
 issue the stores; every schedule's phases are written in that order.
@@ -28,7 +28,7 @@ import numpy as np
 
 from simulator.hardware import Hardware
 from simulator.occupancy import Residency, kernel_residency
-from simulator.sim.compute import path_seconds, unit_seconds, uses_wgmma
+from simulator.sim.compute import busy_seconds, path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
 from traces.schedules.period import evaluate_steps, periodic_loop
@@ -49,7 +49,7 @@ class Phase:
     nbytes: np.ndarray  # [k, u] valid bytes moved, 0 where masked
     work: np.ndarray  # [3, u] tensor FLOPs, exps, other FLOPs issued (Compute.issued)
     unit_s: np.ndarray  # [3, u] seconds of tensor cores, exp unit, FP32 ALUs on one SM
-    compute_s: np.ndarray  # [u] busiest-unit seconds, summed over the compute steps
+    compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
 
     @property
@@ -150,7 +150,7 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         phase.work += amounts
         seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma)
         phase.unit_s += seconds
-        phase.compute_s += seconds.max(axis=0)
+        phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
     return phase
 
