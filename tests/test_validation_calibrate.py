@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -333,3 +334,20 @@ def test_the_cli_says_how_the_fit_goes_on_stderr(tmp_path, monkeypatch, capsys):
     assert lines[-1] == ("tilesim: calibrate: fit done (stopped after 12 evaluations "
                          f"(--max-evals)); predicting the {report['n_held_out']} held-out "
                          "records")
+
+
+def test_a_config_measured_twice_counts_once_with_its_latest_record():
+    """A later run of the same plan repeats configs: the fit sees each config once, as
+    reconcile does, with the later measurement (here 1.5 times the earlier)."""
+    base = load_hardware("h200-sxm")
+    earlier = synthetic_records()
+    later = copy.deepcopy(earlier)
+    for rec in later:
+        rec["environment"]["date_utc"] = "2001-01-01T00:00:00Z"
+        rec["timing"]["median_s"] *= 1.5
+    both = fit(earlier + later, base, additive_model, max_evals=2)
+    alone = fit(later, base, additive_model, max_evals=2)
+    assert both["n_train"] + both["n_held_out"] == len(later)
+    assert (both["n_train"], both["n_held_out"]) == (alone["n_train"], alone["n_held_out"])
+    assert both["train"]["before"] == alone["train"]["before"]
+    assert both["held_out"]["before"] == alone["held_out"]["before"]

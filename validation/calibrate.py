@@ -27,7 +27,7 @@ from pathlib import Path
 from traces.problem import ProblemError
 from validation import stats
 from validation.predict import predict_record
-from validation.records import group_key, shape_key
+from validation.records import group_key, latest_per_config, shape_key
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,9 @@ def _fit(records, base, predictor, holdout_fraction, seed, max_evals, pool,
     import numpy as np
     from scipy.optimize import least_squares
 
-    usable = [r for r in records if r["implementation"] == "triton" and r["timing"]]
+    # A config measured twice (a later run of the same plan) counts once: its latest record.
+    usable = [r for r in latest_per_config(records)[0]
+              if r["implementation"] == "triton" and r["timing"]]
     if not usable:
         raise ProblemError("no timed Triton records to calibrate on")
     train_shapes, held_shapes = split_by_shape(usable, holdout_fraction, seed)

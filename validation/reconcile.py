@@ -38,7 +38,7 @@ from traces.problem import ProblemError
 from validation import predict as predict_mod
 from validation import stats
 from validation.matrix import MIN_GAP
-from validation.records import group_key, shape_key
+from validation.records import group_key, latest_per_config, shape_key
 
 REPORT_SCHEMA = "tilesim.reconcile/1"
 # GPU names as torch / nvidia-smi report them -> preset.
@@ -163,17 +163,6 @@ def _launch_gap_s(rec: dict) -> float | None:
     return (rec["timing"]["median_s"] - sum(durations)) / len(durations)
 
 
-def _dedupe(records: list[dict]) -> tuple[list[dict], int]:
-    """One record per (GPU, config): the latest measurement wins."""
-    latest: dict[tuple, dict] = {}
-    for rec in records:
-        key = (rec["environment"].get("gpu_name"), rec["record_id"])
-        if key not in latest or (rec["environment"].get("date_utc") or "") >= (
-                latest[key]["environment"].get("date_utc") or ""):
-            latest[key] = rec
-    return list(latest.values()), len(records) - len(latest)
-
-
 def nothing_compared(report: dict) -> str:
     """Why a reconciliation compared no record with the model, in one line."""
     n, why = report["n_records"], ""
@@ -211,7 +200,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
     """
     predictor = predictor or predict_mod.predict
     model = model or predict_mod.model_name()
-    records, duplicates = _dedupe(records)
+    records, duplicates = latest_per_config(records)
     hw_cache: dict[str, object] = {}
     peers, unpredicted, untimed, todo = [], [], 0, []
     for rec in records:

@@ -303,6 +303,18 @@ def shape_key(rec: dict) -> str:
             f"{' causal' if p.get('causal') else ''}")
 
 
+def latest_per_config(records: list[dict]) -> tuple[list[dict], int]:
+    """One record per (GPU, config), the latest measurement winning (a later run of the
+    same plan repeats configs); returns the records kept and how many were dropped."""
+    latest: dict[tuple, dict] = {}
+    for rec in records:
+        key = (rec["environment"].get("gpu_name"), rec["record_id"])
+        if key not in latest or (rec["environment"].get("date_utc") or "") >= (
+                latest[key]["environment"].get("date_utc") or ""):
+            latest[key] = rec
+    return list(latest.values()), len(records) - len(latest)
+
+
 def group_key(rec: dict) -> str:
     """Schedule and pass: the groups the summary reports MAPE for (``fa2 bwd``)."""
     return f"{rec.get('schedule') or rec['implementation']} {rec['problem'].get('pass', 'fwd')}"
