@@ -18,12 +18,13 @@ scores' matmul, then their softmax, then the second matmul (FA3 §3.1–3.2: Fla
 runs softmax and GEMMs one after the other within a warpgroup; overlapping them needs more
 warps or explicit ping-pong scheduling) — so one warp per processing block runs its units in
 turn, and ``c`` warps per block (``num_warps / sm_subpartitions``) could overlap one
-another's units. Measured, they mostly do not: in our Triton kernels on an H200 the tensor,
-exp (XU) and FMA pipes are active 64–120% of the time *together* (Nsight Compute,
-``validation/records/raw/h200-stalls-2026-11-30``), where units that overlapped fully would
-show the busiest one near 100% and the sum far above. The preset's ``unit_overlap`` is the
-share of the other units' time that overlaps the busiest one (0: the units take turns; 1:
-only the busiest counts). Two numbers per step follow:
+another's units. Measured, they mostly do not: in our Triton FA2 kernels that use wgmma on
+an H200, the tensor, exp (XU) and FMA pipes are active 64–120% of the time *together*
+(Nsight Compute, ``validation/records/raw/h200-stalls-2026-11-30``). Units that overlapped
+fully would keep the busiest one near 100% in a compute-bound kernel, with the sum far
+above; the busiest was at most 63%. The preset's ``unit_overlap`` is the share of the other
+units' time that overlaps the busiest one (0: the units take turns; 1: only the busiest
+counts). Two numbers per step follow:
 
 - ``busy`` (*throughput*): seconds the SM's units are occupied,
   ``max + (1 - unit_overlap) x (sum - max)`` over (tensor, exp, fp32) — what the step takes
