@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -39,6 +40,7 @@ from rich.text import Text
 from simulator.explain import model
 from simulator.explain.common import fmt_bytes, fmt_flops, new_figure, save_figure
 from simulator.hardware import Hardware
+from simulator.sim.compute import busy_seconds
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 
@@ -81,8 +83,7 @@ def place_kernel(kernel: dict, schedule: str, dtype: str, hw: Hardware) -> dict:
     f = kernel["flops"]
     compute_times = model.compute_times_s(f, dtype, hw)
     compute_unit = max(compute_times, key=lambda k: compute_times[k])
-    busiest = compute_times[compute_unit]  # the others overlap it by unit_overlap
-    compute_s = busiest + (1.0 - hw.unit_overlap) * (sum(compute_times.values()) - busiest)
+    compute_s = float(busy_seconds(np.array(list(compute_times.values())), hw))
     memory_s = dram / hw.hbm_effective_bytes_per_s
     bound_s, bound = max((memory_s, "hbm"), (compute_s, compute_unit))
     model_s = kernel.get("time_s")

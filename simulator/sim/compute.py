@@ -76,7 +76,8 @@ def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str,
 
 
 def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
-    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[3, n]``."""
+    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[3, n]``
+    (or ``[3]``, one step: the roofline's kernel totals)."""
     busiest = unit_s.max(axis=0)
     return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
 
