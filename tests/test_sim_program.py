@@ -76,10 +76,16 @@ ALIGNED = [
 ]
 
 
-def _issued_work(kernel, prog, tiling, dtype):
-    """Tensor FLOPs, exps and other FLOPs the simulator times, from its unit seconds."""
+def _timed_work(kernel, prog, tiling, dtype):
+    """Tensor FLOPs, exps, other FLOPs and shared-memory operand bytes the simulator times,
+    from its unit seconds."""
     rates = sm_rates(HW, dtype, uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
     return prog.totals()["unit_s"].sum(axis=1) * rates
+
+
+def _issued_work(kernel, prog, tiling, dtype):
+    """Tensor FLOPs, exps and other FLOPs the simulator times."""
+    return _timed_work(kernel, prog, tiling, dtype)[:3]
 
 
 @pytest.mark.parametrize("name,problem,tiling", CASES + ALIGNED)
@@ -91,6 +97,11 @@ def test_totals_are_the_closed_form_counts(name, problem, tiling):
         assert totals["load_bytes"].sum() == sum(count.reads.values())
         assert totals["store_bytes"].sum() == sum(count.writes.values())
         work = _issued_work(kernel, prog, tiling, problem.dtype)
+        smem = _timed_work(kernel, prog, tiling, problem.dtype)[3]
+        wgmma = uses_wgmma(HW, kernel.mma_rows, tiling.num_warps)
+        # mma.sync matmuls read their operands from shared memory, wgmma ones do not
+        assert smem == pytest.approx(0.0 if wgmma else work[0] * kernel.smem_bytes_per_flop,
+                                     rel=1e-9, abs=1e-6)
         expected = [count.tensor_flops, count.exp_ops, count.other_flops]
         if (name, problem, tiling) in ALIGNED:
             assert work == pytest.approx(expected, rel=1e-9)

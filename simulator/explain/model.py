@@ -30,9 +30,10 @@ def source() -> dict:
 
 
 def unit_rates(hw: Hardware, dtype: str) -> dict:
-    """Whole-chip operations per second of the tensor cores, exp units and FP32 ALUs, as the
-    simulator's compute model has them (``simulator.sim.compute``: achievable tensor rate;
-    "other" FLOPs are single non-FMA instructions, half the datasheet FP32 FLOP rate)."""
+    """Whole-chip operations per second of the tensor cores, exp units and FP32 ALUs (and bytes
+    per second of shared memory, ``smem``), as the simulator's compute model has them
+    (``simulator.sim.compute``: achievable tensor rate; "other" FLOPs are single non-FMA
+    instructions, half the datasheet FP32 FLOP rate)."""
     from simulator.sim.compute import UNITS, sm_rates
 
     return dict(zip(UNITS, (float(r) * hw.sm_count for r in sm_rates(hw, dtype)), strict=True))

@@ -9,7 +9,14 @@ divided evenly over the SMs:
   tensor_sync_efficiency`` when they compile to synchronous mma.sync (``uses_wgmma`` says which);
 - special-function unit: ``exp_ops_per_s`` (FA3 §3.1 counts 16 ops/SM/clock);
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
-  an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput.
+  an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput;
+- shared memory (``smem``): the operand bytes mma.sync matmuls read from it, the kernel's
+  ``smem_bytes_per_flop`` per tensor FLOP (``traces.schedules.mma_layout``), at
+  ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``. Measured on the H200, these reads are
+  what holds back small mma.sync tiles: a 32 x 32 FA2 forward kept shared memory 55-63% busy
+  and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the
+  warps stalled on short-scoreboard waits. wgmma reads its operands in the tensor core,
+  which its rate already covers, so for it this unit is idle.
 
 Overlap model. An SM is ``sm_subpartitions`` processing blocks, each with its own tensor
 core, exp unit and ALUs and its own warps (the architecture whitepapers); a CTA's warps are
@@ -27,10 +34,10 @@ units' time that overlaps the busiest one (0: the units take turns; 1: only the 
 counts). Two numbers per step follow:
 
 - ``busy`` (*throughput*): seconds the SM's units are occupied,
-  ``max + (1 - unit_overlap) x (sum - max)`` over (tensor, exp, fp32) — what the step takes
+  ``max + (1 - unit_overlap) x (sum - max)`` over the units — what the step takes
   from the SM that other resident CTAs cannot use;
 - ``path`` (*critical path*): how long the step takes for its CTA alone,
-  ``max(busy, (tensor + exp + fp32) / c)`` (with fewer warps than blocks, ``c = 1`` and the
+  ``max(busy, sum / c)`` (with fewer warps than blocks, ``c = 1`` and the
   CTA uses only ``num_warps`` of the blocks, so every unit time is scaled up by
   ``sm_subpartitions / num_warps``).
 
@@ -44,7 +51,7 @@ import numpy as np
 
 from simulator.hardware import Hardware
 
-UNITS = ("tensor", "exp", "fp32")
+UNITS = ("tensor", "exp", "fp32", "smem")
 
 
 # Triton emits wgmma for a matmul when the target is sm_90, the CTA has whole warpgroups
@@ -61,29 +68,36 @@ def uses_wgmma(hw: Hardware, mma_rows: int, num_warps: int) -> bool:
 
 
 def sm_rates(hw: Hardware, dtype: str, wgmma: bool = True) -> np.ndarray:
-    """Operations per second of one SM's tensor cores, exp unit and FP32 ALUs."""
+    """Operations per second of one SM's tensor cores, exp unit and FP32 ALUs, and bytes per
+    second of its shared memory (``UNITS``)."""
     return np.array([
         hw.tensor_rate(dtype, wgmma) / hw.sm_count,
         hw.exp_ops_per_s / hw.sm_count,
         hw.fp32_flops_per_s / 2 / hw.sm_count,
+        hw.smem_bandwidth_bytes_per_clk_per_sm * hw.sm_clock_hz,
     ])
 
 
-def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str,
-                 wgmma: bool = True) -> np.ndarray:
-    """Seconds each unit of one SM needs: ``amounts`` is ``[3, n]`` (tensor, exp, other)."""
-    return np.asarray(amounts, dtype=np.float64) / sm_rates(hw, dtype, wgmma)[:, None]
+def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = True,
+                 smem_bytes_per_flop: float = 0.0) -> np.ndarray:
+    """Seconds each unit of one SM needs (``[4, n]``, ``UNITS``): ``amounts`` is ``[3, n]``
+    (tensor FLOPs, exps, other FLOPs); an mma.sync kernel (``wgmma`` False) also reads
+    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP."""
+    amounts = np.asarray(amounts, dtype=np.float64)
+    smem = amounts[0] * (0.0 if wgmma else smem_bytes_per_flop)
+    return np.vstack([amounts, smem[None]]) / sm_rates(hw, dtype, wgmma)[:, None]
 
 
 def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
-    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[3, n]``
-    (or ``[3]``, one step: the roofline's kernel totals)."""
+    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[units, n]``
+    (or ``[units]``, one step: the roofline's kernel totals)."""
     busiest = unit_s.max(axis=0)
     return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
 
 
 def path_seconds(unit_s: np.ndarray, num_warps: int, hw: Hardware) -> np.ndarray:
-    """A step's critical path for its CTA alone (module docstring); ``unit_s`` is ``[3, n]``."""
+    """A step's critical path for its CTA alone (module docstring); ``unit_s`` is
+    ``[units, n]``."""
     blocks = hw.sm_subpartitions
     used = min(num_warps, blocks)  # processing blocks the CTA's warps occupy
     per_block = unit_s * (blocks / used)  # seconds on the blocks the CTA uses

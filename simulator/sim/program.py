@@ -12,7 +12,8 @@ loops of a spread of CTAs; otherwise the whole grid is evaluated.
 
 Compute steps count the work the hardware issues (``Compute.issued``: whole tiles, padded
 rows), not only the valid elements ``count`` reports. They are folded, per unit (CTA or
-iteration), into seconds of the tensor cores, the exp unit and the FP32 ALUs of one SM,
+iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared memory of
+one SM,
 into busy seconds (how long the SM's units are occupied, ``compute.busy_seconds``) and
 into critical-path seconds (how long the CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
@@ -28,7 +29,7 @@ import numpy as np
 
 from simulator.hardware import Hardware
 from simulator.occupancy import Residency, kernel_residency
-from simulator.sim.compute import busy_seconds, path_seconds, unit_seconds, uses_wgmma
+from simulator.sim.compute import UNITS, busy_seconds, path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
 from traces.schedules.period import evaluate_steps, periodic_loop
@@ -48,7 +49,7 @@ class Phase:
     col_block: np.ndarray  # [k, u]
     nbytes: np.ndarray  # [k, u] valid bytes moved, 0 where masked
     work: np.ndarray  # [3, u] tensor FLOPs, exps, other FLOPs issued (Compute.issued)
-    unit_s: np.ndarray  # [3, u] seconds of tensor cores, exp unit, FP32 ALUs on one SM
+    unit_s: np.ndarray  # [4, u] seconds of tensor cores, exp unit, FP32 ALUs, shared memory
     compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
 
@@ -118,9 +119,10 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 
 
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
-              hw: Hardware, wgmma: bool) -> Phase:
+              hw: Hardware, wgmma: bool, smem_bytes_per_flop: float) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
-    for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``)."""
+    for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``);
+    otherwise they read ``smem_bytes_per_flop`` (``Kernel.smem_bytes_per_flop``)."""
     values, masks = evaluated
     units = masks.shape[1]
     names = schedule.tensor_names
@@ -140,7 +142,8 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         tile_rows=np.array([s.tile_rows for s in accesses], dtype=np.int64),
         tile_cols=np.array([s.tile_cols for s in accesses], dtype=np.int64),
         mask=mask, plane=plane, row_block=row_block, col_block=col_block,
-        nbytes=np.where(mask, nbytes, 0), work=np.zeros((3, units)), unit_s=np.zeros((3, units)),
+        nbytes=np.where(mask, nbytes, 0), work=np.zeros((3, units)),
+        unit_s=np.zeros((len(UNITS), units)),
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
     for k, step in enumerate(steps):
@@ -148,7 +151,7 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
             continue
         amounts = values[k].astype(np.float64) * masks[k]
         phase.work += amounts
-        seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma)
+        seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma, smem_bytes_per_flop)
         phase.unit_s += seconds
         phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
@@ -162,14 +165,16 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw, compiled)
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
+    per_flop = kernel.smem_bytes_per_flop
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
-                    hw, wgmma)
+                    hw, wgmma, per_flop)
     post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx, issued=True), schedule,
-                     hw, wgmma)
+                     hw, wgmma, per_flop)
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
-    loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma)
+    loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
+                     per_flop)
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(

@@ -61,7 +61,7 @@ class KernelRun:
     hbm_segments: np.ndarray
     l2_segments: np.ndarray
     mode: str  # "full" or "aggregated"
-    unit_s: np.ndarray  # [3] busy seconds of tensor cores, exp units, FP32 ALUs (all SMs)
+    unit_s: np.ndarray  # [4] busy seconds of tensor cores, exp units, FP32 ALUs, shared memory
     issued: np.ndarray  # [3] tensor FLOPs, exps, other FLOPs issued (whole, padded tiles)
 
     @property

@@ -6,7 +6,8 @@ what it could have done at its achievable rate —
 
 - ``hbm``: DRAM bytes / (effective HBM bandwidth x time);
 - ``l2``: global bytes / (effective L2 bandwidth x time);
-- ``tensor``, ``exp``, ``fp32``: busy seconds of that unit summed over SMs / (SMs x time);
+- ``tensor``, ``exp``, ``fp32``, ``smem``: busy seconds of that unit summed over SMs / (SMs x
+  time) (``smem``: the shared-memory operand reads of mma.sync matmuls);
 
 the bound is the most utilized resource if it is at least ``BOUND_UTILIZATION`` busy.
 Otherwise nothing is saturated and the kernel waits: on too few resident CTAs if the SMs'
@@ -43,6 +44,7 @@ def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float
             "tensor": float(busy[0]),
             "exp": float(busy[1]),
             "fp32": float(busy[2]),
+            "smem": float(busy[3]),
             "sm_slots": float(slot_time / (hw.sm_count * run.ctas_per_sm * t)),
         }
 

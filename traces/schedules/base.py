@@ -114,7 +114,9 @@ class Kernel:
     ``mma_rows`` is the M (rows) of every tensor-core matmul one CTA of the kernel's Triton
     twin issues, 0 if it has none: the compiler picks the tensor-core instruction by it
     (``simulator.sim.compute.uses_wgmma``; ``tests/test_kernels_aot.py`` checks the rule
-    against the compiled kernels).
+    against the compiled kernels). ``smem_bytes_per_flop`` is what the kernel's warps read
+    from shared memory per tensor-core FLOP when those matmuls compile to mma.sync
+    (``traces.schedules.mma_layout``; wgmma reads its operands itself).
     """
 
     name: str
@@ -128,6 +130,7 @@ class Kernel:
     notes: str = ""
     extra: dict = field(default_factory=dict)
     mma_rows: int = 0
+    smem_bytes_per_flop: float = 0.0
 
     @property
     def grid(self) -> int:

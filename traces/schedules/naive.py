@@ -24,6 +24,7 @@ from traces.schedules.base import (
     valid_extent,
 )
 from traces.schedules.fa2 import kv_plane
+from traces.schedules.mma_layout import Dot, smem_bytes_per_flop
 from traces.tiling import Tiling
 
 
@@ -79,10 +80,13 @@ class _Blocks:
         """One (BM x BN x d) product, nothing else."""
         return self.tile_step(lambda rows, cols: (self.matmul(rows, cols), 0, 0), i_of, j_of)
 
-    def kernel(self, name, ctas, count, pre, loop, post, sram, mma_rows=0):
+    def kernel(self, name, ctas, count, pre, loop, post, sram, mma_rows=0, dot=None):
+        """``dot``: the kernel's one matmul (a lone one: ``mma_layout``), if it has one."""
+        per_flop = 0.0 if dot is None else smem_bytes_per_flop(
+            [dot], self.t.num_warps, self.s, chained=False)
         return Kernel(name=name, ctas=ctas, loop_count=np.asarray(count, dtype=np.int64),
                       pre=pre, loop=loop, post=post, sram_bytes=sram, tensors=self.tensors,
-                      mma_rows=mma_rows)
+                      mma_rows=mma_rows, smem_bytes_per_flop=per_flop)
 
     def tile_grid(self):
         """One CTA per (BM x BN) tile: grid (Tc, Tr, B*H), column block fastest."""
@@ -121,7 +125,8 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
     qk_kernel = k.kernel("naive_qk", tiles, np.zeros(tiles["i"].size), [
         Access(LOAD, "q", bm, d, q_i), Access(LOAD, "k", bn, d, k_j),
         k.tile_step(qk, lambda c: c["i"], lambda c: c["j"]),
-        Access(STORE, "s", bm, bn, s_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
+        Access(STORE, "s", bm, bn, s_ij)], [], [], (bm + bn) * d * s, mma_rows=bm,
+        dot=Dot(bm, bn, d))
 
     rows = grid_coords(("r", p.seq_q), ("bh", p.batch * p.heads))
 
@@ -150,7 +155,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         Access(LOAD, "p", bm, bn, p_it), Access(LOAD, "v", bn, d, v_t),
         k.matmul_step(lambda c: c["i"], lambda c: c["t"])],
         [Access(STORE, "o", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
-        mma_rows=bm)
+        mma_rows=bm, dot=Dot(bm, d, bn))
     return [qk_kernel, softmax_kernel, pv_kernel]
 
 
@@ -184,7 +189,8 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
                   [Access(LOAD, "p", bm, bn, looped_tile("p")),
                    Access(LOAD, "do", bm, d, looped_q),
                    k.matmul_step(loop_i, own_j)],
-                  [Access(STORE, "dv", bn, d, own_kv)], streamed, mma_rows=bn)
+                  [Access(STORE, "dv", bn, d, own_kv)], streamed, mma_rows=bn,
+                  dot=Dot(bn, d, bm))
 
     tiles = k.tile_grid()
 
@@ -200,7 +206,8 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     dp = k.kernel("naive_bwd_dp", tiles, np.zeros(tiles["i"].size), [
         Access(LOAD, "do", bm, d, q_i), Access(LOAD, "v", bn, d, v_j),
         k.matmul_step(lambda c: c["i"], lambda c: c["j"]),
-        Access(STORE, "dp", bm, bn, tile_ij)], [], [], (bm + bn) * d * s, mma_rows=bm)
+        Access(STORE, "dp", bm, bn, tile_ij)], [], [], (bm + bn) * d * s, mma_rows=bm,
+        dot=Dot(bm, bn, d))
 
     blocks = k.row_grid()
 
@@ -224,11 +231,12 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         Access(LOAD, "ds", bm, bn, tile_it), Access(LOAD, "k", bn, d, kv_t),
         k.matmul_step(lambda c: c["i"], lambda c: c["t"])],
         [Access(STORE, "dq", bm, d, q_i)], t.num_stages * (bm * bn + bn * d) * s,
-        mma_rows=bm)
+        mma_rows=bm, dot=Dot(bm, d, bn))
 
     dk = k.kernel("naive_bwd_dk", kv_blocks, np.full(kv_blocks["j"].size, per_kv_block), [],
                   [Access(LOAD, "ds", bm, bn, looped_tile("ds")),
                    Access(LOAD, "q", bm, d, looped_q),
                    k.matmul_step(loop_i, own_j)],
-                  [Access(STORE, "dk", bn, d, own_kv)], streamed, mma_rows=bn)
+                  [Access(STORE, "dk", bn, d, own_kv)], streamed, mma_rows=bn,
+                  dot=Dot(bn, d, bm))
     return [dv, dp, ds, dq, dk]
