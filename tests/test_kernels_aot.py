@@ -202,8 +202,8 @@ def test_where_the_wgmma_operands_come_from(every_kernel):
     """The PTX says which matmuls read their A operand from registers (RS) rather than
     shared memory (SS): in fa2_fwd the second matmul (P V, P computed in registers) does,
     the first (Q K^T) reads Q from shared memory; naive_qk loads both operands from global
-    memory into shared memory. (The model does not yet charge these operand reads to shared
-    memory bandwidth; docs/validation.md, "When a number is off".)"""
+    memory into shared memory. (The model charges mma.sync's operand reads to shared memory,
+    not wgmma's; docs/validation.md, "When a number is off".)"""
     sm90 = {r.kernel: r for r in every_kernel if r.arch == 90}
     fa2 = sm90["fa2_fwd"]
     assert 0 < fa2.wgmma_rs_ops < fa2.wgmma_ops

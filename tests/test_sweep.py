@@ -111,8 +111,8 @@ def test_ties_with_the_best_are_counted(capsys):
 
 def test_tensor_bound_ties_across_block_n_are_flagged():
     """Tilings the model ties although their block_n differs, in a tensor-bound kernel: the
-    mechanism that would tell them apart (operand reads from shared memory) is left out,
-    and the table says so; not for memory-bound ties or a single block_n."""
+    mechanism that would tell them apart (wgmma's operand reads from shared memory) is left
+    out, and the table says so; not for memory-bound ties or a single block_n."""
     flag = ties_differ_in_block_n
     assert flag([(16, 1.0, "tensor"), (64, 1.005, "tensor")])
     assert not flag([(16, 1.0, "tensor"), (64, 1.05, "tensor")])  # 5% apart: no tie
@@ -138,7 +138,7 @@ def test_what_if_reaches_the_worker_processes(capsys):
 @pytest.mark.parametrize("overlap, ties", [("1", True), (None, False)])
 def test_the_table_says_what_the_model_leaves_out_when_block_n_ties(capsys, overlap, ties):
     """A tensor-bound forward at d = 128: where block_n 16, 32 and 64 tie (the model does
-    not charge operand reads from shared memory), the caption says so. They tie where an
+    not charge wgmma's operand reads from shared memory), the caption says so. They tie where an
     SM's units overlap fully (``--set unit_overlap=1``: 185.0, 186.1 and 186.9 us); with the
     preset's measured overlap the smaller blocks' extra work per K/V block (the
     accumulator's rescale) no longer hides under the tensor cores (281-322 us): no tie,
@@ -154,5 +154,5 @@ def test_the_table_says_what_the_model_leaves_out_when_block_n_ties(capsys, over
     assert main(argv) == 0
     text = " ".join(capsys.readouterr().out.split())
     # The caption follows the model's own numbers.
-    caveat = "does not charge the tensor cores' operand reads from shared memory" in text
+    caveat = "does not charge wgmma's operand reads from shared memory" in text
     assert caveat == ties_differ_in_block_n(entries) is ties

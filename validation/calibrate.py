@@ -33,7 +33,7 @@ from pathlib import Path
 
 from traces.problem import ProblemError
 from validation import stats
-from validation.predict import predict_record
+from validation.predict import predict_or_refusal, predict_record
 from validation.records import group_key, latest_per_config, shape_key
 
 
@@ -122,19 +122,25 @@ def split_by_shape(records: list[dict], holdout_fraction: float = 0.25,
     return train, held
 
 
-def _time_one(task) -> float:
-    predictor, rec, hw = task
-    pred = predict_record(predictor, rec, hw)
+def _time_of(pred: dict) -> float:
     if pred.get("time_s") is None:
         raise ProblemError("calibrate needs predicted times, and the model gave none: the "
                            "timing simulator (simulator.sim) is not available")
     return pred["time_s"]
 
 
+def _time_one(task) -> float:
+    predictor, rec, hw = task
+    return _time_of(predict_record(predictor, rec, hw))
+
+
 def _time_or_refusal(task) -> tuple[float | None, str | None]:
     """(time, None), or (None, why) when the model refuses the record's config."""
+    pred, why = predict_or_refusal(task)
+    if pred is None:
+        return None, why
     try:
-        return _time_one(task), None
+        return _time_of(pred), None
     except ProblemError as exc:
         return None, str(exc)
 

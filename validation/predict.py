@@ -74,6 +74,17 @@ def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
                      compiled=compiled_resources(rec, hw))
 
 
+def predict_or_refusal(task) -> tuple[dict | None, str | None]:
+    """``(prediction, None)`` for ``task = (predictor, record, hw)`` (``predict_record``), or
+    ``(None, why)`` when the model refuses the record's config (an illegal tiling, say);
+    module-level, so that ``map_tasks`` can send it to other processes."""
+    predictor, rec, hw = task
+    try:
+        return predict_record(predictor, rec, hw), None
+    except ProblemError as exc:
+        return None, str(exc)
+
+
 def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1,
               progress: Callable[[int, int], None] | None = None) -> list:
     """``[fn(task) for task in tasks]``, spread over ``jobs`` processes when ``jobs > 1``.

@@ -177,15 +177,6 @@ def nothing_compared(report: dict) -> str:
     return f"none of the {n} records could be compared with the model{why}"
 
 
-def _predict_one(task) -> tuple[dict | None, str | None]:
-    """(prediction, None), or (None, why) when the model refuses the config."""
-    predictor, rec, hw = task
-    try:
-        return predict_mod.predict_record(predictor, rec, hw), None
-    except ProblemError as exc:  # say, an illegal tiling
-        return None, str(exc)
-
-
 def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
               model: str | None = None, jobs: int = 1,
               fallback_hardware: str | None = None, progress=None) -> dict:
@@ -221,8 +212,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         if name not in hw_cache:
             hw_cache[name] = load_hardware(name)
         todo.append((rec, name, (predictor, rec, hw_cache[name])))
-    results = predict_mod.map_tasks(_predict_one, [task for _, _, task in todo], jobs,
-                                    progress=progress)
+    results = predict_mod.map_tasks(predict_mod.predict_or_refusal,
+                                    [task for _, _, task in todo], jobs, progress=progress)
     rows = []
     for (rec, name, _), (pred, refused) in zip(todo, results, strict=True):
         if pred is None:
