@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from simulator.hardware import load_hardware
+from simulator.sim.compute import sm_rates, uses_wgmma
+from simulator.sim.program import schedule_programs
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule
 from traces.schedules.mma_layout import Dot, smem_bytes_per_flop, smem_read_bytes, warps_per_tile
+from traces.tiling import Tiling
 from validation.records import latest_per_config, read_records
 
 RECORDS = Path(__file__).resolve().parents[1] / "validation/records/h200-default-2026-11-30.jsonl"
@@ -41,29 +47,43 @@ def test_operand_reads_by_hand():
     assert smem_bytes_per_flop([], 4, 2, True) == 0.0
 
 
-def _naive_qk_records():
+# Largest |error| of the predicted shared-memory bytes against Nsight Compute's, per kernel,
+# over the H200 records with N <= 2048 (when the rule was written: naive_qk 0.0%, naive_pv
+# 6.5%, FA2 forward 27.9%, dQ 28.6%, dK/dV 36.6%, decode's split 52.9%).
+BOUND_PCT = {"naive_qk": 0.5, "naive_pv": 8, "fa2_fwd": 30, "fa2_bwd_dq": 30,
+             "fa2_bwd_dkdv": 40, "decode_split": 55}
+
+
+def test_shared_bytes_of_mma_sync_kernels_against_the_h200_counter():
+    """Every mma.sync kernel of the H200 records (N <= 2048): Nsight Compute's shared-memory
+    bytes against the model's — the copies of the loaded tiles into shared memory plus the
+    operand reads it times (the ``smem`` unit), plus, for naive_qk, the output tile's trip
+    through shared memory (written, then read, for coalesced stores). Exact for naive_qk;
+    FA2's and decode's kernels move more than the rule knows of in some layouts (conversions
+    between the chained matmuls) and less in others (BOUND_PCT)."""
+    hw = load_hardware("h200-sxm")
     records, _ = read_records(RECORDS)
-    kept, _ = latest_per_config(records)
-    for rec in kept:
-        facts = {f["name"]: f for f in rec.get("kernel_facts") or ()}
-        qk = facts.get("naive_qk")
-        if qk and qk.get("wgmma_smem_bytes_per_flop") is None and rec.get("counters"):
-            yield rec
-
-
-def test_naive_qk_shared_bytes_match_the_h200_counter():
-    """naive_qk on the H200 with mma.sync: Nsight Compute's shared-memory bytes are exactly
-    the copies of the Q and K tiles into shared memory, the operand reads of this module and
-    the output tile's trip through shared memory (written, then read, for coalesced stores)."""
-    checked = 0
-    for rec in _naive_qk_records():
-        p, t = rec["problem"], rec["tiling"]
-        bm, bn, d, s = t["block_m"], t["block_n"], p["head_dim"], 2
-        tiles = (p["seq_q"] // bm) * (p["seq_kv"] // bn) * p["batch"] * p["heads"]
-        per_cta = ((bm + bn) * d * s + smem_read_bytes([Dot(bm, bn, d)], t["num_warps"], s,
-                                                       chained=False) + 2 * bm * bn * s)
-        measured = next(k for k in rec["counters"]["kernels"] if k["name"] == "naive_qk")
-        assert measured["smem_bytes"] == pytest.approx(tiles * per_cta, rel=0.005), \
-            rec["record_id"]
-        checked += 1
-    assert checked >= 20
+    worst: dict[str, float] = {}
+    for rec in latest_per_config(records)[0]:
+        if rec.get("implementation") != "triton" or rec["problem"]["seq_kv"] > 2048:
+            continue
+        problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(
+            rec["tiling"])
+        schedule = build_schedule(problem, tiling, rec["schedule"])
+        facts = {f["name"]: f for f in rec["kernel_facts"]}
+        measured = {k["name"]: k["smem_bytes"] for k in rec["counters"]["kernels"]}
+        for kernel, prog in zip(schedule.kernels, schedule_programs(schedule, hw), strict=True):
+            if kernel.mma_rows == 0 or uses_wgmma(hw, kernel.mma_rows, tiling.num_warps):
+                continue
+            # the device's compile agrees: no wgmma in this kernel
+            assert facts[kernel.name].get("wgmma_smem_bytes_per_flop") is None
+            totals = prog.totals()
+            reads = totals["unit_s"][3].sum() * sm_rates(hw, problem.dtype, wgmma=False)[3]
+            predicted = reads + totals["load_bytes"].sum()
+            if kernel.name == "naive_qk":
+                predicted += 2 * tiling.block_m * tiling.block_n * problem.elem_bytes * kernel.grid
+            error = abs(predicted / measured[kernel.name] - 1) * 100
+            worst[kernel.name] = max(worst.get(kernel.name, 0.0), error)
+    assert set(worst) == set(BOUND_PCT)
+    for name, error in worst.items():
+        assert error <= BOUND_PCT[name], (name, error)

@@ -12,10 +12,10 @@ loops of a spread of CTAs; otherwise the whole grid is evaluated.
 
 Compute steps count the work the hardware issues (``Compute.issued``: whole tiles, padded
 rows), not only the valid elements ``count`` reports. They are folded, per unit (CTA or
-iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared memory of
-one SM,
-into busy seconds (how long the SM's units are occupied, ``compute.busy_seconds``) and
-into critical-path seconds (how long the CTA waits; ``simulator.sim.compute``).
+iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared
+memory of one SM, into busy seconds (how long the SM's units are occupied,
+``compute.busy_seconds``) and into critical-path seconds (how long the CTA waits;
+``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
 phase the engines issue all loads together, run the compute when they have arrived, then
 issue the stores; every schedule's phases are written in that order.
