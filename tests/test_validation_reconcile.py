@@ -274,6 +274,49 @@ def test_per_kernel_rows_by_hand():
     assert "per kernel" in text and "naive_softmax" in text and "100.0%" in text
 
 
+def test_kernel_errors_by_tiling_over_the_shapes():
+    """SYNTHETIC: one kernel predicted 10 us after its launch overhead on every config; ncu
+    measured 8 and 12.5 us for one tiling on two shapes (+25% and -20%), 20 us for another
+    (-50%). The breakdown keeps the tilings apart and gathers the shapes of each."""
+    from simulator.hardware import load_hardware
+
+    launch = load_hardware("h200-sxm").kernel_launch_overhead_s
+
+    def stub(problem, tiling, schedule, hw, compiled=None):
+        return {"time_s": 10e-6 + launch, "bound": "tensor", "legal": True,
+                "bytes": {"global_read": 1e6, "global_write": 0, "dram_read": 1e6,
+                          "dram_write": 0},
+                "kernels": [{"name": "fa2_fwd", "time_s": 10e-6 + launch,
+                             "bytes": {"dram_read": 1e6, "dram_write": 0}}]}
+
+    def rec(shape, tiling, duration_s):
+        c = counters(1e6, 1e6)
+        c["kernels"] = [{"name": "fa2_fwd", "duration_s": duration_s, "dram_read_bytes": 1e6,
+                         "dram_write_bytes": 0}]
+        return record("fa2", shape, tiling, duration_s + launch, c)
+
+    report = reconcile([rec(SHAPE_A, TILINGS[0], 8e-6), rec(SHAPE_B, TILINGS[0], 12.5e-6),
+                        rec(SHAPE_A, TILINGS[1], 20e-6)], predictor=stub, model="stub")
+    groups = report["summary"]["per_kernel_tiling"]
+    assert [(g["kernel"], g["head_dim"], g["tiling"]["block_m"], g["n"]) for g in groups] == [
+        ("fa2_fwd", 64, 32, 2), ("fa2_fwd", 64, 64, 1)]
+    assert groups[0]["mean_error_pct"] == pytest.approx(2.5)
+    assert (groups[0]["min_error_pct"], groups[0]["max_error_pct"]) == pytest.approx((-20, 25))
+    assert groups[1]["mean_error_pct"] == pytest.approx(-50.0)
+    from rich.console import Console
+
+    from validation.report import tables
+    console = Console(record=True, width=200)
+    for table in tables(report, per_config=True):
+        console.print(table)
+    text = console.export_text()
+    assert "per kernel and tiling" in text and "+2.5%" in text and "-50.0%" in text
+    console = Console(record=True, width=200)
+    for table in tables(report, per_config=False):  # --summary-only leaves it out
+        console.print(table)
+    assert "per kernel and tiling" not in console.export_text()
+
+
 def test_fallback_hardware_serves_only_the_records_without_a_preset():
     """`report --records --hardware X`: a record from a GPU without a preset is predicted
     on X, and only it; the others stay on their own GPU's preset (one unknown GPU moved

@@ -18,8 +18,10 @@ predicted.
 Per kernel, where ncu profiled a record's kernels and they are the prediction's kernels (by
 name and order): each kernel's predicted time without the launch overhead (the preset's
 ``kernel_launch_overhead_s``, which ncu's ``gpu__time_duration`` does not see) against
-ncu's duration, and its DRAM bytes; summarized per kernel name. That is where a schedule
-of several kernels (naive attention, the backward) shows which kernel the model gets wrong.
+ncu's duration, and its DRAM bytes; summarized per kernel name, and the signed time error
+per kernel, head dim and tiling over the shapes (``by_kernel_and_tiling``). That is where
+a schedule of several kernels (naive attention, the backward) shows which kernel the model
+gets wrong, and a mechanism it leaves out shows as the tilings it hits.
 The measured time minus the kernels' ncu durations, per kernel launch, is what launching
 costs on the GPU (the launch latency and the gaps between kernels): its median over the
 records is reported beside the preset's ``kernel_launch_overhead_s``, an assumption that
@@ -154,6 +156,26 @@ def by_operand_demand(rows: list[dict]) -> dict:
     return out
 
 
+def by_kernel_and_tiling(rows: list[dict]) -> list[dict]:
+    """Each kernel's time errors (ncu duration against the predicted kernel time) per head
+    dim and tiling, over the shapes: a mechanism the model leaves out shows as tilings of one
+    kernel off by much the same signed error at every length, where the MAPE of a group
+    averages it away. Sorted by kernel, head dim and tiling."""
+    errors: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        t = r["tiling"]
+        for k in r["kernels"]:
+            if k["error_pct"]["time"] is not None:
+                key = (k["name"], r["head_dim"], t["block_m"], t["block_n"], t["num_stages"],
+                       t["num_warps"], t.get("split_kv", 1))
+                errors[key].append(k["error_pct"]["time"])
+    return [{"kernel": key[0], "head_dim": key[1],
+             "tiling": dict(zip(("block_m", "block_n", "num_stages", "num_warps", "split_kv"),
+                                key[2:], strict=True)),
+             "n": len(e), "mean_error_pct": sum(e) / len(e), "min_error_pct": min(e),
+             "max_error_pct": max(e)} for key, e in sorted(errors.items())]
+
+
 def _launch_gap_s(rec: dict) -> float | None:
     """(measured time - the ncu durations of its kernels) / kernels; None without them."""
     kernels = (rec.get("counters") or {}).get("kernels") or []
@@ -222,6 +244,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         measured, predicted = _measured(rec), _predicted(pred)
         rows.append({"record_id": rec["record_id"], "hardware": name,
                      "group": group_key(rec), "shape": shape_key(rec), "tiling": rec["tiling"],
+                     "head_dim": rec["problem"]["head_dim"],
                      "measured": measured, "predicted": predicted,
                      "error_pct": _errors(predicted, measured, METRICS),
                      "kernels": _kernel_rows(rec, pred,
@@ -274,6 +297,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "overall": overall,
             "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
             "per_kernel": {k: _summary(ks, KERNEL_METRICS) for k, ks in sorted(kernels.items())},
+            "per_kernel_tiling": by_kernel_and_tiling(rows),
             "launch_gap_s": {
                 "median": statistics.median(gaps) if gaps else None, "n": len(gaps),
                 "preset": {n: hw_cache[n].kernel_launch_overhead_s for n in sorted(hw_cache)}},

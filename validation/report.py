@@ -64,6 +64,17 @@ def tables(report: dict, per_config: bool = True) -> list:
                       _abs_pct(g["time"]["mape_pct"]), _abs_pct(g["time"]["max_pct"]),
                       _abs_pct(g["dram"]["mape_pct"]), _abs_pct(g["dram"]["max_pct"]))
         out.append(k)
+    by_tiling = summ.get("per_kernel_tiling") or []
+    if per_config and by_tiling:
+        k = Table(title=f"per kernel and tiling: signed time error (predicted kernel time vs "
+                        f"ncu duration), over the shapes{mark}", title_justify="left")
+        for col in ("kernel", "d", "tiling", "n", "mean", "min", "max"):
+            k.add_column(col, justify="left" if col in ("kernel", "tiling") else "right")
+        for g in by_tiling:
+            k.add_row(g["kernel"], str(g["head_dim"]), _tiling(g["tiling"]), str(g["n"]),
+                      _pct(g["mean_error_pct"]), _pct(g["min_error_pct"]),
+                      _pct(g["max_error_pct"]))
+        out.append(k)
     if any(sh["spearman"] is not None for sh in report["shapes"]):
         r = Table(title="tiling ranking per shape", title_justify="left")
         for col in ("shape", "tilings", "Spearman", "regret", "predicted best",
