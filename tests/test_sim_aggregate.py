@@ -74,7 +74,7 @@ def test_merged_one_shot_jobs_do_not_run_in_step():
     15% slower than the full engine here (34% at the validation plan's B = 2, H = 16,
     N = 8k on the H200). As one phase a merged job is not slower than the full engine, and
     faster by no more than the fold's optimism (the latency and compute a slot's own CTAs
-    cannot hide: 7-11% on the stress cases of BENCHMARKS.md)."""
+    cannot hide: 3-10% on the stress cases of BENCHMARKS.md, measured 2026-12-01)."""
     from simulator.occupancy import kernel_residency
     from simulator.sim.fluid import _jobs
     from traces.schedules import build_schedule
