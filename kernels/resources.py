@@ -64,6 +64,13 @@ WGMMA_SHAPE = re.compile(r"\bwgmma\.mma_async\.sync\.aligned\.m(\d+)n(\d+)k(\d+)
                          r"\.(\w+)\.(\w+)\s+\{[^}]*\},\s*(\{)?")
 # Bytes per element of a wgmma operand type (PTX ISA: wgmma.mma_async data types).
 _OPERAND_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
+# A tensor-core layout of the TTGIR: "#mma1 = #ttg.nvidia_mma<{versionMajor = 3, ...,
+# warpsPerCTA = [4, 2], ...}>", and a matmul with its result type: "tt.dot ... -> tensor<
+# 64x128xf32, #mma>" (mma.sync) or "ttng.warp_group_dot ... -> tensor<64x128xf32, #mma>".
+MMA_LAYOUT = re.compile(r"^#(\w+) = #ttg\.nvidia_mma<\{.*?warpsPerCTA = \[(\d+), (\d+)\]",
+                        re.MULTILINE)
+DOT_RESULT = re.compile(r"\b(?:tt\.dot|ttng\.warp_group_dot) .*?-> tensor<(\d+)x(\d+)x\w+, "
+                        r"#(\w+)>")
 _SEQ_ARGS = {"n_q", "n_kv"}
 _DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
@@ -101,6 +108,8 @@ class KernelResources:
     # (``wgmma_operand_demand``). What shared memory must deliver to keep the tensor cores busy.
     wgmma_smem_bytes_per_flop: float | None = None
     wgmma_smem_bytes_per_flop_max: float | None = None
+    # How the compiler laid the warps over the matmuls (``dot_layouts``).
+    mma_layouts: str | None = None
 
     @property
     def fits(self) -> bool:
@@ -138,6 +147,16 @@ def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
         nbytes, flops = nbytes + operand, flops + work
         worst = max(worst or 0.0, operand / work)
     return (nbytes / flops if flops else None), worst
+
+
+def dot_layouts(ttgir: str) -> str | None:
+    """The distinct ``MxN:WMxWN`` of a TTGIR's matmuls, sorted and comma-separated: each
+    result's rows and columns and the warps its tensor-core layout puts along them
+    (``warpsPerCTA``); None if it has no matmul on the tensor cores."""
+    warps = {name: f"{wm}x{wn}" for name, wm, wn in MMA_LAYOUT.findall(ttgir)}
+    found = {f"{m}x{n}:{warps[name]}" for m, n, name in DOT_RESULT.findall(ttgir)
+             if name in warps}
+    return ",".join(sorted(found)) or None
 
 
 def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
@@ -251,6 +270,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
     ptx = compiled.asm["ptx"]
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
+                           mma_layouts=dot_layouts(compiled.asm["ttgir"]),
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -323,7 +343,8 @@ def _well_typed(result: dict) -> bool:
             and all(result[k] is None or (isinstance(result[k], (int, float))
                                           and not isinstance(result[k], bool))
                     for k in ratios)
-            and (result["error"] is None or isinstance(result["error"], str)))
+            and all(result[k] is None or isinstance(result[k], str)
+                    for k in ("error", "mma_layouts")))
 
 
 def _write_cache(path: Path | None, results: dict[str, dict]) -> None:

@@ -66,23 +66,38 @@ def test_tilings_with_equal_programs_compile_once_and_report_each():
     assert calls == [1], "naive_softmax does not depend on block sizes: one compile"
 
 
-def _mma_rows_of_schedules(tiling: Tiling) -> dict[str, int]:
-    """Each kernel's ``mma_rows`` as the schedules declare it (decode: a GQA group of 4)."""
+def _kernels_of_schedules(tiling: Tiling) -> dict:
+    """Each kernel as the schedules declare it, by name (decode: a GQA group of 4)."""
     from traces.problem import AttentionProblem
     from traces.schedules import build_schedule
 
-    rows = {}
+    kernels = {}
     for name, problem in (
             ("naive", AttentionProblem(1, 2, 256, 64, pass_="fwd+bwd")),
             ("fa2", AttentionProblem(1, 2, 256, 64, pass_="fwd+bwd")),
             ("fa1", AttentionProblem(1, 2, 256, 64)),
             ("decode", AttentionProblem(1, 8, 1, 64, seq_kv=256, kv_heads=2))):
-        t = Tiling(block_m=16, block_n=tiling.block_n) if name == "decode" else tiling
-        rows.update({k.name: k.mma_rows for k in build_schedule(problem, t, name).kernels})
-    return rows
+        t = (Tiling(block_m=16, block_n=tiling.block_n, num_warps=tiling.num_warps)
+             if name == "decode" else tiling)
+        kernels.update({k.name: k for k in build_schedule(problem, t, name).kernels})
+    return kernels
 
 
-def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel):
+def _mma_rows_of_schedules(tiling: Tiling) -> dict[str, int]:
+    """Each kernel's ``mma_rows`` as the schedules declare it."""
+    return {name: k.mma_rows for name, k in _kernels_of_schedules(tiling).items()}
+
+
+@pytest.fixture(scope="module")
+def tall_kernels():
+    """The matmul kernels on sm_90 at 32 x 64 (4 warps) and 128 x 64 (8 warps)."""
+    tall = [Tiling(block_m=32, block_n=64, num_stages=2, num_warps=4),
+            Tiling(block_m=128, block_n=64, num_stages=2, num_warps=8)]
+    return resources.measure(sorted(DOT_KERNELS), archs=(90,), dtype="bf16", head_dim=64,
+                             tilings=tall)
+
+
+def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel, tall_kernels):
     """The simulator's wgmma rule (``compute.uses_wgmma``) against the sm_90 PTX.
 
     SMALL (64 x 32) gives the kernels whose matmuls have BM rows wgmma and those with BN
@@ -92,10 +107,7 @@ def test_simulator_picks_the_mma_instruction_the_compiler_emits(every_kernel):
     from simulator.sim.compute import uses_wgmma
 
     hw = load_hardware("h200-sxm")
-    tall = [Tiling(block_m=32, block_n=64, num_stages=2, num_warps=4),
-            Tiling(block_m=128, block_n=64, num_stages=2, num_warps=8)]
-    compiled = [r for r in every_kernel if r.arch == 90] + resources.measure(
-        sorted(DOT_KERNELS), archs=(90,), dtype="bf16", head_dim=64, tilings=tall)
+    compiled = [r for r in every_kernel if r.arch == 90] + tall_kernels
     seen = set()
     for r in compiled:
         tiling = Tiling(block_m=r.block_m, block_n=r.block_n, num_stages=r.num_stages,
@@ -212,3 +224,34 @@ def test_where_the_wgmma_operands_come_from(every_kernel):
         assert r.wgmma_rs_ops <= r.wgmma_ops, r.kernel
         if r.arch == 80:
             assert r.wgmma_ops == 0 and r.wgmma_rs_ops == 0, r.kernel
+
+
+def test_warp_layouts_are_the_compilers(every_kernel, tall_kernels):
+    """``mma_layout.layouts`` against the ``nvidia_mma`` layouts of the compiled kernels'
+    matmuls (TTGIR ``warpsPerCTA``), for every matmul kernel on sm_90 and sm_80, with
+    wgmma and mma.sync. FA2's kernels at 64 x 128 with 8 warps are laid [8, 1] over a
+    64-row score tile (replicated: ``mma_layout.replication``), at 32 x 32 [1, 4]: the
+    chain takes the layout of its last matmul."""
+    from traces.schedules.mma_layout import layouts
+
+    extra = resources.measure(["fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"], archs=(90,),
+                              dtype="bf16", head_dim=64,
+                              tilings=[Tiling(block_m=64, block_n=128, num_warps=8),
+                                       Tiling(block_m=32, block_n=32, num_warps=4)])
+    replicated = False
+    checked = 0
+    for r in every_kernel + tall_kernels + extra:
+        if r.kernel not in DOT_KERNELS:
+            continue
+        tiling = Tiling(block_m=r.block_m, block_n=r.block_n, num_stages=r.num_stages,
+                        num_warps=r.num_warps)
+        kernel = _kernels_of_schedules(tiling)[r.kernel]
+        wgmma = r.wgmma_ops > 0
+        laid = layouts(list(kernel.dots), r.num_warps, wgmma)
+        model = ",".join(sorted({f"{d.m}x{d.n}:{wm}x{wn}"
+                                 for d, (wm, wn) in zip(kernel.dots, laid, strict=True)}))
+        label = f"{r.kernel} sm_{r.arch} {r.block_m}x{r.block_n} warps={r.num_warps}"
+        assert r.mma_layouts == model, label
+        replicated |= any(16 * wm > d.m for d, (wm, _) in zip(kernel.dots, laid, strict=True))
+        checked += 1
+    assert checked >= 40 and replicated

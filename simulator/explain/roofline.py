@@ -25,7 +25,9 @@ What is counted:
   busiest unit's time plus ``1 - unit_overlap`` of the others' (``simulator.sim.compute``;
   the busiest unit is the one named as the bound). The roofline takes every matmul at the
   wgmma rate and leaves out the shared-memory reads the simulator charges mma.sync
-  matmuls, so for small tiles the simulated rate sits further below its ceiling. Its attainable
+  matmuls and the work a warp layout repeats (``traces.schedules.mma_layout``), so for small
+  tiles, and tiles with fewer rows than their warps cover, the simulated rate sits further
+  below its ceiling. Its attainable
   rate is ``W / max(that compute time, D / B)``; its utilisation is the tensor-core FLOP/s
   it reaches at that bound as a fraction of the datasheet peak.
 """

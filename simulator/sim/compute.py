@@ -10,8 +10,8 @@ divided evenly over the SMs:
 - special-function unit: ``exp_ops_per_s`` (FA3 §3.1 counts 16 ops/SM/clock);
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput;
-- shared memory (``smem``): the operand bytes mma.sync matmuls read from it, the kernel's
-  ``smem_bytes_per_flop`` per tensor FLOP (``traces.schedules.mma_layout``), at
+- shared memory (``smem``): the operand bytes mma.sync matmuls read from it, so many per
+  tensor FLOP (``traces.schedules.mma_layout.matmul_costs``), at
   ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``. Measured on the H200, these reads are
   what holds back small mma.sync tiles: a 32 x 32 FA2 forward kept shared memory 55-63% busy
   and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the

@@ -11,7 +11,9 @@ loop of CTA ``c % P`` with every access moved by a constant plane offset per ste
 loops of a spread of CTAs; otherwise the whole grid is evaluated.
 
 Compute steps count the work the hardware issues (``Compute.issued``: whole tiles, padded
-rows), not only the valid elements ``count`` reports. They are folded, per unit (CTA or
+rows), not only the valid elements ``count`` reports, times the copies the compiler's warp
+layout makes of them (``traces.schedules.mma_layout``: a result with fewer rows than the
+warps laid along them is computed by several warps). They are folded, per unit (CTA or
 iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared
 memory of one SM, into busy seconds (how long the SM's units are occupied,
 ``compute.busy_seconds``) and into critical-path seconds (how long the CTA waits;
@@ -32,6 +34,7 @@ from simulator.occupancy import Residency, kernel_residency
 from simulator.sim.compute import UNITS, busy_seconds, path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
+from traces.schedules.mma_layout import MatmulCosts, matmul_costs
 from traces.schedules.period import evaluate_steps, periodic_loop
 
 
@@ -119,10 +122,11 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 
 
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
-              hw: Hardware, wgmma: bool, smem_bytes_per_flop: float) -> Phase:
+              hw: Hardware, wgmma: bool, costs: MatmulCosts) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
     for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``);
-    otherwise they read ``smem_bytes_per_flop`` (``Kernel.smem_bytes_per_flop``)."""
+    ``costs``: what the compiler's warp layout adds to its compute steps (replicated work
+    and, with mma.sync, shared-memory reads: ``mma_layout.matmul_costs``)."""
     values, masks = evaluated
     units = masks.shape[1]
     names = schedule.tensor_names
@@ -146,12 +150,14 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         unit_s=np.zeros((len(UNITS), units)),
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
+    scale = np.array([costs.tensor_scale, costs.elementwise_scale, costs.elementwise_scale])
     for k, step in enumerate(steps):
         if isinstance(step, Access):
             continue
-        amounts = values[k].astype(np.float64) * masks[k]
+        amounts = values[k].astype(np.float64) * masks[k] * scale[:, None]
         phase.work += amounts
-        seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma, smem_bytes_per_flop)
+        seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma,
+                               costs.smem_bytes_per_flop)
         phase.unit_s += seconds
         phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
@@ -165,16 +171,17 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw, compiled)
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
-    per_flop = kernel.smem_bytes_per_flop
+    costs = matmul_costs(list(kernel.dots), schedule.tiling.num_warps,
+                         schedule.problem.elem_bytes, wgmma)
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
-                    hw, wgmma, per_flop)
+                    hw, wgmma, costs)
     post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx, issued=True), schedule,
-                     hw, wgmma, per_flop)
+                     hw, wgmma, costs)
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
-                     per_flop)
+                     costs)
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traces.schedules.mma_layout import Dot
+
 ALIGN_BYTES = 256
 
 LOAD, STORE, COMPUTE = 0, 1, 2
@@ -114,9 +116,11 @@ class Kernel:
     ``mma_rows`` is the M (rows) of every tensor-core matmul one CTA of the kernel's Triton
     twin issues, 0 if it has none: the compiler picks the tensor-core instruction by it
     (``simulator.sim.compute.uses_wgmma``; ``tests/test_kernels_aot.py`` checks the rule
-    against the compiled kernels). ``smem_bytes_per_flop`` is what the kernel's warps read
-    from shared memory per tensor-core FLOP when those matmuls compile to mma.sync
-    (``traces.schedules.mma_layout``; wgmma reads its operands itself).
+    against the compiled kernels). ``dots`` are the matmuls of one step of the kernel (one
+    loop iteration, or the one product of a kernel without a loop), in program order, on
+    whole tiles: how the compiler lays the CTA's warps over them decides how many times
+    each is computed and, with mma.sync, what the warps read from shared memory
+    (``traces.schedules.mma_layout.matmul_costs``).
     """
 
     name: str
@@ -130,7 +134,7 @@ class Kernel:
     notes: str = ""
     extra: dict = field(default_factory=dict)
     mma_rows: int = 0
-    smem_bytes_per_flop: float = 0.0
+    dots: tuple[Dot, ...] = ()
 
     @property
     def grid(self) -> int:

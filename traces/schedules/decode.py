@@ -25,7 +25,7 @@ from traces.schedules.base import (
     tile_compute,
     valid_extent,
 )
-from traces.schedules.mma_layout import Dot, smem_bytes_per_flop
+from traces.schedules.mma_layout import Dot
 from traces.tiling import Tiling
 
 MAX_SEQ_Q = 16
@@ -111,9 +111,8 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         sram_bytes=rows * d * s + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
         mma_rows=padded,
-        smem_bytes_per_flop=smem_bytes_per_flop(  # FA2's forward loop (kernels.fa2)
-            [Dot(padded, bn, d, a="regs"), Dot(padded, d, bn, a="result")], t.num_warps, s,
-            True),
+        dots=(Dot(padded, bn, d, feeds_dot=True),  # FA2's forward loop (kernels.fa2)
+              Dot(padded, d, bn, a="result")),
     )
 
     heads = grid_coords(("h", p.heads), ("b", p.batch))

@@ -28,7 +28,7 @@ from traces.schedules.base import (
     valid_extent,
 )
 from traces.schedules.fa2 import kv_plane
-from traces.schedules.mma_layout import Dot, smem_bytes_per_flop
+from traces.schedules.mma_layout import Dot
 from traces.tiling import Tiling
 
 
@@ -124,7 +124,5 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         sram_bytes=2 * bn * d * s + t.num_stages * streamed,
         tensors=tensors,
         mma_rows=bm,
-        smem_bytes_per_flop=smem_bytes_per_flop(  # K_j, V_j held in registers over the Q blocks
-            [Dot(bm, bn, d, b="regs"), Dot(bm, d, bn, a="result", b="regs")], t.num_warps, s,
-            True),
+        dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, d, bn, a="result")),
     )]

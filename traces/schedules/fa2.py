@@ -26,7 +26,7 @@ from traces.schedules.base import (
     tile_compute,
     valid_extent,
 )
-from traces.schedules.mma_layout import Dot, smem_bytes_per_flop
+from traces.schedules.mma_layout import Dot
 from traces.tiling import Tiling
 
 
@@ -101,8 +101,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
         sram_bytes=sram,
         tensors=tensors,
         mma_rows=bm,
-        smem_bytes_per_flop=smem_bytes_per_flop(
-            [Dot(bm, bn, d, a="regs"), Dot(bm, d, bn, a="result")], t.num_warps, s, True),
+        dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, d, bn, a="result")),
     )
 
 
@@ -170,9 +169,8 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         sram_bytes=2 * bn * d * s + t.num_stages * (2 * bm * d * s + 2 * bm * STATS_BYTES),
         tensors=tensors,
         mma_rows=bn,  # every product of this kernel has the K/V block's rows: dK, dV, S^T
-        smem_bytes_per_flop=smem_bytes_per_flop(  # K and V stay in registers; Q, dO streamed
-            [Dot(bn, bm, d, a="regs"), Dot(bn, d, bm, a="result"), Dot(bn, bm, d, a="regs"),
-             Dot(bn, d, bm, a="result")], t.num_warps, s, True),
+        dots=(Dot(bn, bm, d, feeds_dot=True), Dot(bn, d, bm, a="result"),  # S^T, dV
+              Dot(bn, bm, d, feeds_dot=True), Dot(bn, d, bm, a="result")),  # dP^T, dK
     )
 
     # dQ: one CTA per Q block; loop over K/V blocks.
@@ -207,8 +205,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         sram_bytes=2 * bm * d * s + 2 * bm * STATS_BYTES + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
         mma_rows=bm,
-        smem_bytes_per_flop=smem_bytes_per_flop(  # Q and dO stay in registers; K, V streamed
-            [Dot(bm, bn, d, a="regs"), Dot(bm, bn, d, a="regs"), Dot(bm, d, bn, a="result")],
-            t.num_warps, s, True),
+        dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, bn, d, feeds_dot=True),  # S, dP
+              Dot(bm, d, bn, a="result")),  # dQ
     )
     return [preprocess, dkdv, dq]

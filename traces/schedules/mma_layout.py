@@ -1,29 +1,48 @@
-"""Shared-memory reads of matmuls that compile to mma.sync (Triton's MMAv2 path).
+"""How Triton lays a CTA's warps over its matmuls, and what that costs.
 
-With the synchronous ``mma.sync`` instruction (every matmul on sm_80, and on sm_90 where
-wgmma does not apply: ``simulator.sim.compute.uses_wgmma``) the tensor cores take their
-operands from registers, so every warp first loads the fragments it multiplies from shared
-memory (``ldmatrix``). Triton lays a CTA's warps over the matmul's result ``[M, N]`` as
-``warps_m x warps_n`` (``warps_per_tile``), so an operand tile held in shared memory is read
-once by every warp that needs it: ``A [M, K]`` by each of the ``warps_n`` warps along N, ``B
-[K, N]`` by each of the ``warps_m`` warps along M. Asynchronous wgmma reads its shared
-operands in the tensor core itself and is not counted here (the tensor rate covers it).
+Triton spreads a CTA's warps over each matmul's result ``[M, N]`` as ``warps_m x warps_n``
+(``layouts``). Each warp computes 16 rows (one mma.sync ``m16n8k16`` tile, or a quarter of a
+wgmma warpgroup's 64) and, with mma.sync, at least 8 columns. Two consequences the model
+counts (``matmul_costs``):
 
-An operand is ``"smem"`` (loaded into shared memory: a streamed tile), ``"regs"`` (loaded
-once per CTA and kept in registers: FlashAttention's Q in the forward, K and V in dK/dV) or
-``"result"`` (an earlier matmul's result, re-laid out as the A operand: P in P·V). A result
-whose rows each warp holds whole (``warps_n == 1``) is converted in registers; otherwise it
-goes through shared memory once (written once, read by each of the ``warps_n`` warps).
+- **Replication.** When a result has fewer rows than ``16 x warps_m`` (or fewer columns than
+  ``8 x warps_n``), several warps compute the same elements: the tensor cores do the product
+  that many times over, and the elementwise work on the result (scale, exp, row max and sum)
+  is done that many times too. FA2's dQ at 64 x 128 with 8 warps is the case that showed it:
+  its score products are laid ``[8, 1]`` over 64 rows, so both warpgroups compute all of S
+  and dP. On the H200 its tensor pipe did 1.77 times the useful FLOPs, and dK/dV at 128 x 64
+  with 8 warps (S^T and dP^T replicated, dV and dK not: 1.5 times) 1.57 times with twice the
+  exp instructions, against 1.04-1.06 where nothing is replicated (Nsight Compute's pipe
+  activity, ``validation/records/raw/h200-stalls-2026-11-30``).
+- **Shared-memory reads of mma.sync.** With the synchronous ``mma.sync`` (every matmul on
+  sm_80, and on sm_90 where wgmma does not apply: ``simulator.sim.compute.uses_wgmma``) the
+  tensor cores take their operands from registers, so every warp first loads the fragments
+  it multiplies from shared memory (``ldmatrix``), every iteration: ``A [M, K]`` by each of
+  the ``warps_n`` warps along N, ``B [K, N]`` by each of the ``warps_m`` warps along M, and
+  replicated rows or columns once per copy. Operands the loop keeps (FlashAttention's Q in
+  the forward, K and V in dK/dV) are read again every iteration too: the compiled loop's
+  ``ldmatrix`` count (sm_90 PTX, FA2 forward and dK/dV at 32 x 32) is what re-reading gives,
+  twice what holding them in registers would. An earlier matmul's result used as the A
+  operand (P in P·V) stays in registers if each warp holds whole rows (``warps_n == 1``);
+  otherwise it goes through shared memory once (written once, read by each warp along N).
+  Asynchronous wgmma reads its shared operands in the tensor core itself, which its rate
+  covers: for wgmma nothing is counted here.
 
-The rule is Triton's ``warpsPerTileV2`` (``lib/Dialect/TritonGPU/Transforms/
-AccelerateMatmul.cpp``): a matmul chained to another one (attention's two products) puts
-every warp along M if ``M >= N``, else along N; a lone matmul doubles the warps along M or
-N, whichever has more 16 x 8 instruction tiles left, until all are placed. Measured on the
-H200 (``sm__sass_data_bytes_mem_shared``, validation/records/h200-default-2026-11-30): these
-reads plus the streamed tiles' copies into shared memory give naive_qk's shared bytes
-exactly (with its output's trip through shared memory), naive_pv's within 7%, the FA2
-kernels' within 37% and decode's split within 53%: the chained products move more than this
-rule knows of in some layouts and less in others (``tests/test_mma_layout.py``).
+The layout rules are Triton's (``lib/Dialect/TritonGPU/Transforms/AccelerateMatmul.cpp``),
+checked against the compiled kernels' ``nvidia_mma`` layouts (``tests/test_kernels_aot.py``):
+
+- mma.sync (``warpsPerTileV2``): a chain of matmuls (one feeds another) shares one layout,
+  set by the chain's last matmul, which the compiler lays first: every warp along M if its
+  ``M >= N``, else along N. A lone matmul doubles the warps along M or N, whichever has more
+  16 x 8 instruction tiles left, until all are placed (extra warps go along M).
+- wgmma (``warpsPerTileV3``): a matmul whose result feeds another puts every warp along M;
+  any other starts from one warpgroup along M (4 x 1) and doubles along M while M has rows
+  for it, else along N.
+
+Measured on the H200 (``sm__sass_data_bytes_mem_shared``, validation/records/h200-default-
+2026-11-30), the reads plus the streamed tiles' copies into shared memory give naive_qk's
+shared bytes exactly (with its output's trip through shared memory), naive_pv's within 7%,
+the FA2 kernels' within 31% and decode's split within 41% (``tests/test_mma_layout.py``).
 """
 
 from __future__ import annotations
@@ -31,23 +50,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MMA_TILE_M, MMA_TILE_N = 16, 8  # rows and columns of one mma.sync m16n8k16 result
+WARPGROUP_WARPS = 4  # a wgmma warpgroup: 4 warps, 16 rows each
 
 
 @dataclass(frozen=True)
 class Dot:
-    """One matmul ``[m, k] x [k, n]`` of a CTA and where its operands come from."""
+    """One matmul ``[m, k] x [k, n]`` of a CTA's step. ``a``: ``"smem"`` (a tile in shared
+    memory) or ``"result"`` (an earlier matmul's result, re-laid out as the A operand: P in
+    P·V). ``feeds_dot``: its result is an operand of a later matmul of the same step."""
 
     m: int
     n: int
     k: int
-    a: str = "smem"  # "smem", "regs" or "result"
-    b: str = "smem"  # "smem" or "regs"
+    a: str = "smem"
+    feeds_dot: bool = False
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
 
 
-def warps_per_tile(m: int, n: int, num_warps: int, chained: bool) -> tuple[int, int]:
-    """``(warps_m, warps_n)``: how Triton lays ``num_warps`` over an ``[m, n]`` result."""
-    if chained:
-        return (num_warps, 1) if m >= n else (1, num_warps)
+@dataclass(frozen=True)
+class MatmulCosts:
+    """What a step's matmuls cost beyond their useful FLOPs (module docstring):
+    ``tensor_scale`` the tensor FLOPs issued over the useful ones, ``elementwise_scale`` how
+    many times the elementwise work on the first matmul's result (the scores) is done, and
+    ``smem_bytes_per_flop`` the bytes read from shared memory per tensor FLOP issued
+    (mma.sync only)."""
+
+    smem_bytes_per_flop: float = 0.0
+    tensor_scale: float = 1.0
+    elementwise_scale: float = 1.0
+
+
+def lone_layout_v2(m: int, n: int, num_warps: int) -> tuple[int, int]:
+    """``warpsPerTileV2`` for a matmul chained to no other."""
     warps = [1, 1]
     reps = [max(1, -(-m // MMA_TILE_M)), max(1, -(-n // MMA_TILE_N))]
     while warps[0] * warps[1] < num_warps:
@@ -61,28 +98,60 @@ def warps_per_tile(m: int, n: int, num_warps: int, chained: bool) -> tuple[int, 
     return warps[0], warps[1]
 
 
-def smem_read_bytes(dots: list[Dot], num_warps: int, elem_bytes: int,
-                    chained: bool) -> int:
+def lone_layout_v3(m: int, num_warps: int) -> tuple[int, int]:
+    """``warpsPerTileV3`` for a matmul whose result feeds no other."""
+    warps = [WARPGROUP_WARPS, 1]
+    while warps[0] * warps[1] < num_warps:
+        if m > MMA_TILE_M * warps[0]:
+            warps[0] *= 2
+        else:
+            warps[1] *= 2
+    return warps[0], warps[1]
+
+
+def layouts(dots: list[Dot], num_warps: int, wgmma: bool) -> list[tuple[int, int]]:
+    """``(warps_m, warps_n)`` of each of ``dots`` (module docstring)."""
+    if wgmma:
+        return [(num_warps, 1) if dot.feeds_dot else lone_layout_v3(dot.m, num_warps)
+                for dot in dots]
+    if any(dot.feeds_dot for dot in dots):
+        last = dots[-1]
+        chain = (num_warps, 1) if last.m >= last.n else (1, num_warps)
+        return [chain] * len(dots)
+    return [lone_layout_v2(dot.m, dot.n, num_warps) for dot in dots]
+
+
+def replication(dot: Dot, layout: tuple[int, int]) -> tuple[int, int]:
+    """How many warps compute each row and each column of ``dot``'s result."""
+    wm, wn = layout
+    return max(1, MMA_TILE_M * wm // dot.m), max(1, MMA_TILE_N * wn // dot.n)
+
+
+def smem_read_bytes(dots: list[Dot], num_warps: int, elem_bytes: int) -> int:
     """Bytes the warps of one CTA read from (and, for re-laid results, write to) shared
-    memory to run ``dots`` with mma.sync; the layout of the first dot holds for a chain."""
-    if not dots:
-        return 0
+    memory to run ``dots`` with mma.sync."""
     total = 0
-    first = warps_per_tile(dots[0].m, dots[0].n, num_warps, chained)
-    for dot in dots:
-        wm, wn = first if chained else warps_per_tile(dot.m, dot.n, num_warps, chained)
+    for dot, (wm, wn) in zip(dots, layouts(dots, num_warps, wgmma=False), strict=True):
+        rows, cols = replication(dot, (wm, wn))
         a_bytes, b_bytes = dot.m * dot.k * elem_bytes, dot.k * dot.n * elem_bytes
         if dot.a == "smem":
-            total += wn * a_bytes
-        elif dot.a == "result" and wn > 1:
-            total += (1 + wn) * a_bytes
-        if dot.b == "smem":
-            total += wm * b_bytes
+            total += wn * rows * a_bytes
+        elif wn > 1:  # a result whose rows are spread over warps: through shared memory
+            total += (1 + wn * rows) * a_bytes
+        total += wm * cols * b_bytes
     return total
 
 
-def smem_bytes_per_flop(dots: list[Dot], num_warps: int, elem_bytes: int,
-                        chained: bool) -> float:
-    """``smem_read_bytes`` per tensor-core FLOP of ``dots`` (2 m n k each)."""
-    flops = sum(2 * d.m * d.n * d.k for d in dots)
-    return smem_read_bytes(dots, num_warps, elem_bytes, chained) / flops if flops else 0.0
+def matmul_costs(dots: list[Dot], num_warps: int, elem_bytes: int,
+                 wgmma: bool) -> MatmulCosts:
+    """The ``MatmulCosts`` of one step's ``dots`` on ``num_warps`` warps (none: no costs)."""
+    flops = sum(dot.flops for dot in dots)
+    if not flops:
+        return MatmulCosts()
+    copies = [r * c for r, c in (replication(dot, layout) for dot, layout in
+                                 zip(dots, layouts(dots, num_warps, wgmma), strict=True))]
+    issued = sum(n * dot.flops for n, dot in zip(copies, dots, strict=True))
+    return MatmulCosts(
+        smem_bytes_per_flop=0.0 if wgmma else smem_read_bytes(dots, num_warps,
+                                                             elem_bytes) / issued,
+        tensor_scale=issued / flops, elementwise_scale=float(copies[0]))

@@ -24,7 +24,7 @@ from traces.schedules.base import (
     valid_extent,
 )
 from traces.schedules.fa2 import kv_plane
-from traces.schedules.mma_layout import Dot, smem_bytes_per_flop
+from traces.schedules.mma_layout import Dot
 from traces.tiling import Tiling
 
 
@@ -82,11 +82,9 @@ class _Blocks:
 
     def kernel(self, name, ctas, count, pre, loop, post, sram, mma_rows=0, dot=None):
         """``dot``: the kernel's one matmul (a lone one: ``mma_layout``), if it has one."""
-        per_flop = 0.0 if dot is None else smem_bytes_per_flop(
-            [dot], self.t.num_warps, self.s, chained=False)
         return Kernel(name=name, ctas=ctas, loop_count=np.asarray(count, dtype=np.int64),
                       pre=pre, loop=loop, post=post, sram_bytes=sram, tensors=self.tensors,
-                      mma_rows=mma_rows, smem_bytes_per_flop=per_flop)
+                      mma_rows=mma_rows, dots=() if dot is None else (dot,))
 
     def tile_grid(self):
         """One CTA per (BM x BN) tile: grid (Tc, Tr, B*H), column block fastest."""
