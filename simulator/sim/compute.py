@@ -50,6 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.hardware import Hardware
+from traces.schedules.mma_layout import WARPGROUP_WARPS
 
 UNITS = ("tensor", "exp", "fp32", "smem")
 
@@ -57,7 +58,6 @@ UNITS = ("tensor", "exp", "fp32", "smem")
 # Triton emits wgmma for a matmul when the target is sm_90, the CTA has whole warpgroups
 # (num_warps a multiple of 4) and the result's rows are a multiple of 64 (its MMA v3
 # eligibility rule; tests/test_kernels_aot.py checks it against our compiled kernels).
-WARPGROUP_WARPS = 4
 WGMMA_ROWS = 64
 
 
