@@ -31,7 +31,28 @@ def tool_version() -> str:
         return "0.1.0+source"
 
 
-def _kernel_entry(count: KernelCount, res, resources: str) -> dict:
+def warp_layout(kernel, num_warps: int, elem_bytes: int, hw: Hardware) -> dict | None:
+    """How the compiler lays ``kernel``'s warps over its matmuls (``mma_layout``): the
+    instruction, each matmul's ``MxN:WMxWN`` in program order, and the copies of its tensor
+    and elementwise work that layout computes (1 where nothing is repeated); None for a
+    kernel without matmuls."""
+    from simulator.sim.compute import uses_wgmma
+    from traces.schedules.mma_layout import layouts, matmul_costs
+
+    if not kernel.dots:
+        return None
+    dots = list(kernel.dots)
+    wgmma = uses_wgmma(hw, kernel.mma_rows, num_warps)
+    costs = matmul_costs(dots, num_warps, elem_bytes, wgmma)
+    return {"instruction": "wgmma" if wgmma else "mma.sync",
+            "matmuls": [f"{d.m}x{d.n}:{wm}x{wn}"
+                        for d, (wm, wn) in zip(dots, layouts(dots, num_warps, wgmma),
+                                               strict=True)],
+            "copies": {"tensor": costs.tensor_scale,
+                       "elementwise": costs.elementwise_scale}}
+
+
+def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None) -> dict:
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -46,6 +67,7 @@ def _kernel_entry(count: KernelCount, res, resources: str) -> dict:
         "residency_limited_by": res.limited_by,
         "registers_per_thread": res.registers_per_thread,
         "resources": resources,
+        "warp_layout": layout,
         "legal": res.ctas_per_sm > 0,
     }
 
@@ -86,7 +108,9 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
     kernels, per_tensor = [], {}
     for kernel, count in zip(sched.kernels, counts, strict=True):
         res = kernel_residency(kernel, tiling, problem.head_dim, hw, compiled)
-        kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name)))
+        layout = warp_layout(kernel, tiling.num_warps, problem.elem_bytes, hw)
+        kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name),
+                                     layout))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})

@@ -159,3 +159,25 @@ def test_same_answer_in_a_fresh_process():
             out["simulation"].pop(key)
         outputs.append(out)
     assert outputs[0] == outputs[1]
+
+
+def test_a_tile_its_warps_compute_twice_is_named(capsys):
+    """dQ at 64 x 128 with 8 warps on the H200: the score products are laid 8 x 1 over 64
+    rows (wgmma), so both warpgroups compute S and dP; dQ itself is split along N. The JSON
+    says so per kernel, and the summary adds a note; at 128 rows there is none."""
+    bwd = ["--hardware", "h200-sxm", "--batch", "1", "--heads", "2", "--seq", "1024",
+           "--head-dim", "64", "--pass", "bwd", "--block-n", "128", "--warps", "8"]
+    pred = _json(capsys, bwd + ["--block-m", "64"])
+    layouts = {k["name"]: k["warp_layout"] for k in pred["kernels"]}
+    assert layouts["fa2_bwd_preprocess"] is None
+    assert layouts["fa2_bwd_dq"] == {
+        "instruction": "wgmma", "matmuls": ["64x128:8x1", "64x128:8x1", "64x64:4x2"],
+        "copies": {"tensor": pytest.approx(5 / 3), "elementwise": 2.0}}
+    assert layouts["fa2_bwd_dkdv"]["copies"] == {"tensor": 1.0, "elementwise": 1.0}
+    assert main(["simulate", *bwd, "--block-m", "64"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: fa2_bwd_dq lays 8 warps of 16 rows along a 64x128 tile (wgmma), "
+                     "so its warps compute it 2 times: 1.67x the matmul work, 2x the "
+                     "elementwise work; 128 rows or fewer warps avoid it"]
+    assert main(["simulate", *bwd, "--block-m", "128"]) == 0
+    assert "note:" not in capsys.readouterr().out

@@ -3,8 +3,10 @@
 Prints the counts tables of ``tilesim count`` with DRAM bytes and times filled in, then a
 timing summary (time, TFLOP/s by the papers' FLOP convention, achieved bandwidth per level,
 occupancy and what bounds each kernel), or the full prediction JSON with ``--json``.
-``--timeline run.json`` writes a Chrome Trace Event file (Perfetto UI opens it).
-A tiling whose CTA cannot fit on an SM is refused with one line and exit code 2.
+``--timeline run.json`` writes a Chrome Trace Event file (Perfetto UI opens it). A note
+follows for every kernel whose warp layout computes a tile more than once
+(``traces.schedules.mma_layout``). A tiling whose CTA cannot fit on an SM is refused with
+one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from simulator.cli.common import (
     problem_from_args,
     tiling_from_args,
 )
+from traces.schedules.mma_layout import MMA_TILE_M as MMA_ROWS
 
 
 def add_parser(sub) -> None:
@@ -56,6 +59,8 @@ def run(args) -> int:
     from simulator.cli.render import counts_tables, print_tables
 
     print_tables(counts_tables(pred) + [timing_table(pred)])
+    for note in repeated_work_notes(pred):
+        print(note)
     if args.timeline:
         print(f"timeline written to {args.timeline}")
     return 0
@@ -90,3 +95,27 @@ def timing_table(pred: dict):
                      f"executed tensor FLOPs. {sim['mode']} simulation: {sim['events']:,} "
                      f"events in {sim['wall_s']:.2f} s")
     return table
+
+
+def repeated_work_notes(pred: dict) -> list[str]:
+    """One line per kernel whose warp layout computes part of its work more than once
+    (``simulator.prediction.warp_layout``): which tile, and what it costs."""
+    notes = []
+    for k in pred["kernels"]:
+        layout = k.get("warp_layout")
+        if not layout or max(layout["copies"].values()) <= 1:
+            continue
+        for matmul in layout["matmuls"]:
+            shape, warps = matmul.split(":")
+            (m, n), (wm, wn) = (map(int, x.split("x")) for x in (shape, warps))
+            if MMA_ROWS * wm > m:
+                break
+        else:
+            continue  # columns replicated, not rows: no advice to give
+        notes.append(
+            f"note: {k['name']} lays {wm} warps of {MMA_ROWS} rows along a {m}x{n} tile "
+            f"({layout['instruction']}), so its warps compute it {MMA_ROWS * wm // m} times: "
+            f"{layout['copies']['tensor']:.2f}x the matmul work, "
+            f"{layout['copies']['elementwise']:.0f}x the elementwise work; "
+            f"{MMA_ROWS * wm} rows or fewer warps avoid it")
+    return notes
