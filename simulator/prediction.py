@@ -52,6 +52,13 @@ def warp_layout(kernel, num_warps: int, elem_bytes: int, hw: Hardware) -> dict |
                        "elementwise": costs.elementwise_scale}}
 
 
+def tile_copies(pred: dict) -> int:
+    """The most times any kernel of ``pred`` computes one of its tiles (``warp_layout``'s
+    elementwise copies); 1 where nothing is repeated."""
+    return max([int(k["warp_layout"]["copies"]["elementwise"]) for k in pred["kernels"]
+                if k.get("warp_layout")] or [1])
+
+
 def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None) -> dict:
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {

@@ -156,3 +156,18 @@ def test_the_table_says_what_the_model_leaves_out_when_block_n_ties(capsys, over
     # The caption follows the model's own numbers.
     caveat = "does not charge wgmma's operand reads from shared memory" in text
     assert caveat == ties_differ_in_block_n(entries) is ties
+
+
+def test_tilings_whose_warps_compute_a_tile_twice_are_marked(capsys):
+    """The backward with 8 warps on the H200: a 64-row block (dQ's block_m or dK/dV's
+    block_n) is laid 8 warps deep, so its scores are computed twice; 128 x 128 is not."""
+    argv = ["sweep", "--hardware", "h200-sxm", "--pass", "bwd", "--batch", "1", "--heads",
+            "2", "--seq", "1024", "--head-dim", "64", "--block-m", "64,128", "--block-n",
+            "64,128", "--stages", "2", "--warps", "8", "--jobs", "1"]
+    assert main(argv) == 0
+    rows = {tuple(int(cell) for cell in line.split("│")[2:4]): line
+            for line in capsys.readouterr().out.splitlines()
+            if line.count("│") > 10 and line.split("│")[2].strip().isdigit()}
+    assert set(rows) == {(64, 64), (64, 128), (128, 64), (128, 128)}
+    for tiles, line in rows.items():
+        assert ("tile 2x" in line) == (tiles != (128, 128)), line

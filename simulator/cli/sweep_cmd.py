@@ -290,6 +290,7 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
 
     from simulator.cli.render import fmt_bytes, fmt_time, print_tables
     from simulator.explain.model import OPERAND_CAVEAT, TIE, ties_differ_in_block_n
+    from simulator.prediction import tile_copies
 
     decode = args.schedule == "decode"
     table = Table(title=f"{args.schedule} on {hw.name}: {problem.describe()} — "
@@ -305,12 +306,15 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
             table.add_row(str(rank), str(first), str(t["block_n"]), str(t["num_stages"]),
                           str(t["num_warps"]), "-", "-", "-", "-", "-", "-", r["error"])
             continue
+        copies = tile_copies(r)
+        marks = (["[bold green]best[/]"] if rank == 1 else []) + (
+            [f"tile {copies}x"] if copies > 1 else [])
         table.add_row(str(rank), str(first), str(t["block_n"]), str(t["num_stages"]),
                       str(t["num_warps"]), fmt_time(r["time_s"]),
                       f"{r['achieved']['convention_tflops']:.1f}",
                       fmt_bytes(r["bytes"]["dram_read"] + r["bytes"]["dram_write"]),
                       fmt_bytes(r["sram_peak_bytes_per_cta"]), str(r["ctas_per_sm"]),
-                      r["bound"], "[bold green]best[/]" if rank == 1 else "")
+                      r["bound"], " ".join(marks))
     notes = []
     timed = [r["time_s"] for r in results if "error" not in r]
     close = sum(t <= min(timed) * (1 + TIE) for t in timed) if timed else 0
@@ -319,6 +323,10 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
         if ties_differ_in_block_n([(r["tiling"]["block_n"], r["time_s"], r["bound"])
                                    for r in results if "error" not in r]):
             notes.append(OPERAND_CAVEAT)
+    if any(tile_copies(r) > 1 for r in results[: args.top] if "error" not in r):
+        notes.append("tile Nx: the warp layout lays more warps along a tile than it has "
+                     "rows, so N warps compute each of its elements (`tilesim simulate` "
+                     "says which kernel)")
     if refused:
         notes.append("left out: " + "; ".join(f"{n} {r}" for r, n in refused.items()))
     if args.compiled_resources:
