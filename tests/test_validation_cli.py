@@ -362,3 +362,26 @@ def test_plan_compile_check_names_what_does_not_fit(tmp_path):
     assert len(failed) == 1 and "fa2-fwd-huge" in failed[0]
     assert "shared memory" in failed[0]
     assert "1 of 2 compile and fit" in proc.stdout
+
+
+def test_the_mlp_probe_measures_every_tiling_it_names():
+    """A probe chooses nothing: both decode groups keep all of PROBE_DECODE (the same tiles
+    at 2, 3 and 4 stages, larger tiles at 2), as role "probe", rated like the others."""
+    hw = load_hardware("h200-sxm")
+    groups = matrix.groups_for("mlp")
+    assert [(g.schedule, g.head_dim, g.seqs) for g in groups] == [
+        ("decode", 64, (16384,)), ("decode", 128, (16384,))]
+    plan = matrix.build_plan("mlp", hw, _roofline_predictor, "roofline stand-in")
+    assert plan["sha256"] == matrix.plan_hash(plan)
+    assert len(plan["configs"]) == 2 * len(matrix.PROBE_DECODE)
+    assert {c["role"] for c in plan["configs"]} == {matrix.PROBE}
+    for d in (64, 128):
+        tilings = {(c["tiling"]["block_n"], c["tiling"]["split_kv"], c["tiling"]["num_stages"],
+                    c["tiling"]["num_warps"]) for c in plan["configs"]
+                   if c["problem"]["head_dim"] == d}
+        assert tilings == set(matrix.PROBE_DECODE)
+    dropped = matrix.build_plan(
+        "mlp", hw, _roofline_predictor, "roofline stand-in",
+        aot=lambda schedule, problem, tiling: {"ok": tiling.num_stages != 4})
+    assert len(dropped["configs"]) == 2 * (len(matrix.PROBE_DECODE) - 1)
+    assert sum("does not compile" in note for note in dropped["notes"]) == 2

@@ -70,6 +70,12 @@ CANDIDATES = {
 DECODE_CANDIDATES = [(32, 4, 2, 4), (32, 16, 2, 4), (32, 32, 2, 4), (64, 4, 2, 4),
                      (64, 8, 2, 4), (64, 16, 2, 4), (128, 2, 2, 4), (128, 4, 2, 4),
                      (128, 8, 2, 4)]
+# The "mlp" probe: decode's split kernel with the same 8 KB (d = 64) or 16 KB (d = 128) tiles
+# and 2, 3 and 4 stages, so 1, 2 and 3 tiles ahead per CTA, and with larger tiles at 2
+# stages. Does HBM's rate follow the bytes in flight (BENCHMARKS.md, "What is left")? Every
+# tiling is measured: a probe chooses nothing.
+PROBE_DECODE = ((32, 4, 2, 4), (32, 4, 3, 4), (32, 4, 4, 4), (64, 4, 2, 4), (128, 4, 2, 4))
+PROBE = "probe"  # the role of a probe's configs in the plan
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class Group:
     head_dim: int
     causal: bool
     seqs: tuple[int, ...]
+    # A probe's tilings, in the order of DECODE_CANDIDATES' entries, all measured; empty:
+    # the schedule's candidates, of which the model chooses.
+    probe: tuple[tuple[int, int, int, int], ...] = ()
 
     def problem(self, n: int) -> AttentionProblem:
         if self.schedule == "decode":  # one query per head, GQA group of 4, K/V of length n
@@ -94,7 +103,7 @@ class Group:
     def candidates(self) -> list[Tiling]:
         if self.schedule == "decode":
             return [Tiling(block_m=16, block_n=bn, split_kv=s, num_stages=st, num_warps=w)
-                    for bn, s, st, w in DECODE_CANDIDATES]
+                    for bn, s, st, w in self.probe or DECODE_CANDIDATES]
         return [Tiling(block_m=bm, block_n=bn, num_stages=st, num_warps=w)
                 for bm, bn, st, w in CANDIDATES[(self.schedule, self.pass_)]]
 
@@ -110,7 +119,7 @@ SEQ_PRIORITY = (4096, 1024, 16384, 2048, 8192)
 
 
 def groups_for(name: str) -> list[Group]:
-    """The groups of a named matrix (``default`` or ``quick``)."""
+    """The groups of a named matrix (``default``, ``quick`` or the ``mlp`` probe)."""
     if name == "default":
         out = []
         for schedule, pass_ in (("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd")):
@@ -126,7 +135,10 @@ def groups_for(name: str) -> list[Group]:
                 Group("fa2", "bwd", 128, True, (4096,)),
                 Group("naive", "fwd", 128, False, (2048,)),
                 Group("decode", "fwd", 128, False, (16384,))]
-    raise ProblemError(f'unknown matrix "{name}"; known: default, quick (or a plan .json path)')
+    if name == "mlp":
+        return [Group("decode", "fwd", d, False, (16384,), probe=PROBE_DECODE) for d in (64, 128)]
+    raise ProblemError(f'unknown matrix "{name}"; known: default, quick, mlp (or a plan .json '
+                       'path)')
 
 
 def kernel_names(schedule: str, problem: AttentionProblem, tiling: Tiling) -> list[str]:
@@ -372,9 +384,12 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
     per_group, candidate_ratings = [], []
     for rg in rated_groups:
         group, seqs, legal, columns = rg.group, rg.seqs, rg.legal, rg.columns
-        chosen, gap = choose(columns)
-        if aot is not None:
-            chosen, gap = _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log)
+        if group.probe:  # every legal tiling is measured; one that does not compile is dropped
+            chosen, gap = _probe_compiles(group, seqs, legal, aot, notes, log), 1.0
+        else:
+            chosen, gap = choose(columns)
+            if aot is not None:
+                chosen, gap = _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log)
         if gap < MIN_GAP:
             notes.append(f"{group.label}: the chosen tilings differ by only {100 * gap:.1f}% "
                          f"at some N (wanted {100 * MIN_GAP:.0f}%)")
@@ -384,7 +399,8 @@ def _assemble(name: str, hw, by: str, rated_groups: list[RatedGroup], notes: lis
             "ratings": _transpose(columns), "times": _transpose(rg.times),
             "chosen": chosen, "rated_utc": rg.rated_utc})
         per_group.append((group, seqs, [(legal[i], [row[i] for row in columns],
-                                         [row[i] for row in rg.times], role_of(j))
+                                         [row[i] for row in rg.times],
+                                         PROBE if group.probe else role_of(j))
                                         for j, i in enumerate(chosen)]))
     configs, peers, seen_problems = [], [], set()
     for n in SEQ_PRIORITY:
@@ -451,6 +467,18 @@ def _peer_time_s(impl: str, p: AttentionProblem, fastest_s: float, hw) -> float:
     from simulator.prediction import count_prediction
 
     return 1.5 * _time_s(count_prediction(p, Tiling(block_m=64, block_n=64), "naive", hw), hw)
+
+
+def _probe_compiles(group, seqs, legal, aot, notes, log) -> list[int]:
+    """The indices of a probe's tilings that compile for sm_90 (all, without ``aot``)."""
+    kept = []
+    for i, tiling in enumerate(legal):
+        if aot is None or aot(group.schedule, group.problem(seqs[-1]), tiling)["ok"]:
+            kept.append(i)
+        else:
+            notes.append(f"{group.label}: {tiling.describe()} does not compile for sm_90")
+            log(notes[-1])
+    return kept
 
 
 def _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log):
@@ -583,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
                              "rerate: rate the groups of --schedule again, keep the others' "
                              "ratings, choose again; compiles: check that every kernel of "
                              "the frozen plans compiles for sm_90 with this Triton")
-    parser.add_argument("names", nargs="+", help="matrix names: default, quick")
+    parser.add_argument("names", nargs="+", help="matrix names: default, quick, mlp")
     parser.add_argument("--hardware", default="h200-sxm")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes rating candidates (default: all cores)")

@@ -20,7 +20,7 @@
 #   3. check the plan and its time estimate: tilesim validate --matrix default --dry-run
 # Then the call:   run(command="bash validation/run_device.sh", carry=[".whl"], timeout_s=480)
 #
-# Environment: OUT (required; the tool sets it), MATRIX (default|quick|plan.json, default
+# Environment: OUT (required; the tool sets it), MATRIX (default|quick|mlp|plan.json, default
 # "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
 # logs what it can and runs `validate --dry-run`; no GPU needed).
 #

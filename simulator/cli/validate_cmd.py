@@ -21,7 +21,8 @@ DEVICE_WORKERS = 15  # the GPU machine has 16 cores; one is left to the parent p
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help="measure the Triton kernels on a GPU (time, counters)")
     p.add_argument("--matrix", default="default",
-                   help="default, quick, or a plan .json (see python -m validation.matrix)")
+                   help="default, quick, mlp (a decode probe), or a plan .json (see python "
+                        "-m validation.matrix)")
     p.add_argument("--out", default=None, help="records file (JSON Lines, appended)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and its time estimate; runs nothing")
@@ -48,7 +49,7 @@ def resolve_plan(matrix: str, hardware: str, log) -> dict:
     path = Path(matrix)
     if path.is_dir():
         raise ProblemError(f"--matrix {matrix} is a directory; give a plan .json or a "
-                           "matrix name (default, quick)")
+                           "matrix name (default, quick, mlp)")
     if path.suffix == ".json" or (mx.PLAN_DIR / f"{matrix}.json").is_file():
         return mx.load_plan(matrix)
     mx.groups_for(matrix)  # unknown names fail here
