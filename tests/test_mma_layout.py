@@ -144,3 +144,44 @@ def test_shared_bytes_of_mma_sync_kernels_against_the_h200_counter():
     assert set(worst) == set(BOUND_PCT)
     for name, error in worst.items():
         assert error <= BOUND_PCT[name], (name, error)
+
+
+def test_replicated_tiles_show_in_the_h200_tensor_pipe():
+    """Nsight Compute's tensor-pipe activity (percent of active cycles x duration) per
+    tensor FLOP the model issues without copies, in every wgmma FA2 launch of the H200
+    stall records, relative to the median of the launches the model does not replicate:
+    the replicated ones are at their ``tensor_scale`` (dK/dV at 128 x 64 with 8 warps 1.5,
+    measured 1.46-1.47; dQ at 64 x 128 with 8 warps 5/3, measured 1.65), the others at 1
+    (0.96-1.09)."""
+    from validation.stalls import read_folder
+
+    hw = load_hardware("h200-sxm")
+    records = {r["record_id"]: r for r in read_records(RECORDS)[0]}
+    per_flop, scales = [], []
+    for folder in sorted((RECORDS.parent / "raw/h200-stalls-2026-11-30").iterdir()):
+        for launch in read_folder(folder):
+            rec = records.get(launch.config)
+            if rec is None or not launch.kernel.startswith("fa2_"):
+                continue
+            problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(
+                rec["tiling"])
+            schedule = build_schedule(problem, tiling, rec["schedule"])
+            for kernel, prog in zip(schedule.kernels, schedule_programs(schedule, hw),
+                                    strict=True):
+                if (kernel.name != launch.kernel
+                        or not uses_wgmma(hw, kernel.mma_rows, tiling.num_warps)):
+                    continue
+                scale = matmul_costs(list(kernel.dots), tiling.num_warps, problem.elem_bytes,
+                                     wgmma=True).tensor_scale
+                issued = prog.totals()["work"][0].sum() / scale
+                per_flop.append(launch.pipes_pct["tensor"] * launch.duration_s / issued)
+                scales.append(scale)
+    base = sorted(x for x, s in zip(per_flop, scales, strict=True) if s == 1.0)
+    base = base[len(base) // 2]
+    replicated = [(x / base, s) for x, s in zip(per_flop, scales, strict=True) if s > 1.0]
+    assert len(per_flop) >= 30 and len(replicated) == 5
+    for ratio, scale in replicated:
+        assert ratio == pytest.approx(scale, rel=0.05)
+    for x, s in zip(per_flop, scales, strict=True):
+        if s == 1.0:
+            assert x / base == pytest.approx(1.0, abs=0.1)

@@ -10,10 +10,11 @@ counts (``matmul_costs``):
   that many times over, and the elementwise work on the result (scale, exp, row max and sum)
   is done that many times too. FA2's dQ at 64 x 128 with 8 warps is the case that showed it:
   its score products are laid ``[8, 1]`` over 64 rows, so both warpgroups compute all of S
-  and dP. On the H200 its tensor pipe did 1.77 times the useful FLOPs, and dK/dV at 128 x 64
-  with 8 warps (S^T and dP^T replicated, dV and dK not: 1.5 times) 1.57 times with twice the
-  exp instructions, against 1.04-1.06 where nothing is replicated (Nsight Compute's pipe
-  activity, ``validation/records/raw/h200-stalls-2026-11-30``).
+  and dP. On the H200, Nsight Compute's tensor-pipe activity per FLOP issued without copies,
+  against the median of the kernels nothing is replicated in, was 1.65 there (5/3 expected)
+  and 1.46-1.47 in dK/dV at 128 x 64 with 8 warps (S^T and dP^T replicated, dV and dK not:
+  1.5 expected), with twice the exp instructions; the other wgmma FA2 launches 0.96-1.09
+  (``validation/records/raw/h200-stalls-2026-11-30``, ``tests/test_mma_layout.py``).
 - **Shared-memory reads of mma.sync.** With the synchronous ``mma.sync`` (every matmul on
   sm_80, and on sm_90 where wgmma does not apply: ``simulator.sim.compute.uses_wgmma``) the
   tensor cores take their operands from registers, so every warp first loads the fragments
