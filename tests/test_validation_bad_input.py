@@ -74,6 +74,8 @@ BAD_FIELDS = [
     ("kernel_facts", "abc", r'"kernel_facts" must be a list of objects'),
     ("kernel_facts", [{"name": "fa2_fwd", "wgmma_smem_bytes_per_flop_max": math.nan}],
      r'"kernel_facts\[0\]\.wgmma_smem_bytes_per_flop_max"'),
+    ("kernel_facts", [{"name": "fa2_fwd", "mma_layouts": 64}],
+     r'"kernel_facts\[0\]\.mma_layouts" must be a string or null, got'),
     ("kernel_facts", [{"name": "fa2_fwd", "registers": 227.9}],
      r'"kernel_facts\[0\]\.registers" must be an integer or null, got 227\.9'),
     ("kernel_facts", [{"name": "fa2_fwd", "shared_bytes": 1.5}],

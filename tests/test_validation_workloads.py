@@ -60,14 +60,19 @@ def test_kernel_facts_read_the_compiled_kernel():
     operand demand of its PTX (the parser itself is checked in test_kernels_aot)."""
     ptx = ("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1}, %rd1, %rd2, 0, 1, "
            "1, 0, 0;")
-    compiled = types.SimpleNamespace(asm={"ptx": ptx},
+    ttgir = ("#mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [4, 1], "
+             "instrShape = [16, 16, 16]}>\n"
+             "%qk = ttng.warp_group_dot %q, %k, %c : !ttg.memdesc<64x16xbf16> * "
+             "!ttg.memdesc<16x16xbf16> -> tensor<64x16xf32, #mma> loc(#loc1)")
+    compiled = types.SimpleNamespace(asm={"ptx": ptx, "ttgir": ttgir},
                                      metadata=types.SimpleNamespace(shared=49152))
     facts = kernel_facts("fa2_fwd", compiled)
     per_flop = (64 * 16 * 2 + 16 * 16 * 2) / (2 * 64 * 16 * 16)
     assert facts == {"name": "fa2_fwd", "shared_bytes": 49152,
                      "registers": None, "spill_bytes": None,  # no cubin to read
                      "wgmma_smem_bytes_per_flop": pytest.approx(per_flop),
-                     "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop)}
+                     "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop),
+                     "mma_layouts": "64x16:4x1"}
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None

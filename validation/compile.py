@@ -165,14 +165,17 @@ def kernel_facts(name: str, compiled) -> dict:
     registers per thread and spilled bytes (the cuobjdump in Triton's wheel reads the cubin;
     None where it cannot: the simulator's occupancy estimate is checked against these), and
     what its wgmma ask of shared memory per FLOP (``kernels.resources.wgmma_operand_demand``:
-    over their mix, and the most demanding; None without wgmma)."""
-    from kernels.resources import wgmma_operand_demand
+    over their mix, and the most demanding; None without wgmma), and how the compiler laid
+    the warps over its matmuls (``kernels.resources.dot_layouts``: the device's Triton may
+    lay them otherwise than ours; None without the TTGIR or matmuls)."""
+    from kernels.resources import dot_layouts, wgmma_operand_demand
 
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
-            "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst}
+            "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
+            "mma_layouts": dot_layouts(compiled.asm.get("ttgir", ""))}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:

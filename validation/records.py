@@ -177,6 +177,10 @@ def validate_record(rec: object) -> None:
     if twice:  # one compile per kernel: two facts for one would contradict each other
         raise RecordError(f'"kernel_facts" lists {", ".join(twice)} more than once')
     for i, fact in enumerate(rec.get("kernel_facts") or ()):
+        layouts = fact.get("mma_layouts")
+        if layouts is not None and not isinstance(layouts, str):
+            raise RecordError(f'"kernel_facts[{i}].mma_layouts" must be a string or null, '
+                              f"got {_kind(layouts)}")
         for key in COUNT_FACT_KEYS:  # what a compiler counts is whole
             if fact.get(key) is not None and not isinstance(fact[key], int):
                 raise RecordError(f'"kernel_facts[{i}].{key}" must be an integer or null, '
