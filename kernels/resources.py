@@ -153,9 +153,11 @@ def dot_layouts(ttgir: str) -> str | None:
     """The distinct ``MxN:WMxWN`` of a TTGIR's matmuls, sorted and comma-separated: each
     result's rows and columns and the warps its tensor-core layout puts along them
     (``warpsPerCTA``); None if it has no matmul on the tensor cores."""
-    warps = {name: f"{wm}x{wn}" for name, wm, wn in MMA_LAYOUT.findall(ttgir)}
-    found = {f"{m}x{n}:{warps[name]}" for m, n, name in DOT_RESULT.findall(ttgir)
-             if name in warps}
+    from traces.schedules.mma_layout import layout_label
+
+    warps = {name: (int(wm), int(wn)) for name, wm, wn in MMA_LAYOUT.findall(ttgir)}
+    found = {layout_label(int(m), int(n), warps[name])
+             for m, n, name in DOT_RESULT.findall(ttgir) if name in warps}
     return ",".join(sorted(found)) or None
 
 

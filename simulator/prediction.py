@@ -37,7 +37,7 @@ def warp_layout(kernel, num_warps: int, elem_bytes: int, hw: Hardware) -> dict |
     and elementwise work that layout computes (1 where nothing is repeated); None for a
     kernel without matmuls."""
     from simulator.sim.compute import uses_wgmma
-    from traces.schedules.mma_layout import layouts, matmul_costs
+    from traces.schedules.mma_layout import layout_label, layouts, matmul_costs
 
     if not kernel.dots:
         return None
@@ -45,9 +45,9 @@ def warp_layout(kernel, num_warps: int, elem_bytes: int, hw: Hardware) -> dict |
     wgmma = uses_wgmma(hw, kernel.mma_rows, num_warps)
     costs = matmul_costs(dots, num_warps, elem_bytes, wgmma)
     return {"instruction": "wgmma" if wgmma else "mma.sync",
-            "matmuls": [f"{d.m}x{d.n}:{wm}x{wn}"
-                        for d, (wm, wn) in zip(dots, layouts(dots, num_warps, wgmma),
-                                               strict=True)],
+            "matmuls": [layout_label(d.m, d.n, layout)
+                        for d, layout in zip(dots, layouts(dots, num_warps, wgmma),
+                                             strict=True)],
             "copies": {"tensor": costs.tensor_scale,
                        "elementwise": costs.elementwise_scale}}
 

@@ -232,7 +232,7 @@ def test_warp_layouts_are_the_compilers(every_kernel, tall_kernels):
     wgmma and mma.sync. FA2's kernels at 64 x 128 with 8 warps are laid [8, 1] over a
     64-row score tile (replicated: ``mma_layout.replication``), at 32 x 32 [1, 4]: the
     chain takes the layout of its last matmul."""
-    from traces.schedules.mma_layout import layouts
+    from traces.schedules.mma_layout import layout_label, layouts
 
     extra = resources.measure(["fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"], archs=(90,),
                               dtype="bf16", head_dim=64,
@@ -248,8 +248,8 @@ def test_warp_layouts_are_the_compilers(every_kernel, tall_kernels):
         kernel = _kernels_of_schedules(tiling)[r.kernel]
         wgmma = r.wgmma_ops > 0
         laid = layouts(list(kernel.dots), r.num_warps, wgmma)
-        model = ",".join(sorted({f"{d.m}x{d.n}:{wm}x{wn}"
-                                 for d, (wm, wn) in zip(kernel.dots, laid, strict=True)}))
+        model = ",".join(sorted({layout_label(d.m, d.n, layout)
+                                 for d, layout in zip(kernel.dots, laid, strict=True)}))
         label = f"{r.kernel} sm_{r.arch} {r.block_m}x{r.block_n} warps={r.num_warps}"
         assert r.mma_layouts == model, label
         replicated |= any(16 * wm > d.m for d, (wm, _) in zip(kernel.dots, laid, strict=True))

@@ -24,6 +24,7 @@ from simulator.cli.common import (
     tiling_from_args,
 )
 from traces.schedules.mma_layout import MMA_TILE_M as MMA_ROWS
+from traces.schedules.mma_layout import parse_layout_label, replication
 
 
 def add_parser(sub) -> None:
@@ -105,16 +106,16 @@ def repeated_work_notes(pred: dict) -> list[str]:
         layout = k.get("warp_layout")
         if not layout or max(layout["copies"].values()) <= 1:
             continue
-        for matmul in layout["matmuls"]:
-            shape, warps = matmul.split(":")
-            (m, n), (wm, wn) = (map(int, x.split("x")) for x in (shape, warps))
-            if MMA_ROWS * wm > m:
+        for label in layout["matmuls"]:
+            result, warps = parse_layout_label(label)
+            copies, wm = replication(result, warps)[0], warps[0]
+            if copies > 1:
                 break
         else:
             continue  # columns replicated, not rows: no advice to give
         notes.append(
-            f"note: {k['name']} lays {wm} warps of {MMA_ROWS} rows along a {m}x{n} tile "
-            f"({layout['instruction']}), so its warps compute it {MMA_ROWS * wm // m} times: "
+            f"note: {k['name']} lays {wm} warps of {MMA_ROWS} rows along a {result.m}x"
+            f"{result.n} tile ({layout['instruction']}), so its warps compute it {copies} times: "
             f"{layout['copies']['tensor']:.2f}x the matmul work, "
             f"{layout['copies']['elementwise']:.0f}x the elementwise work; "
             f"{MMA_ROWS * wm} rows or fewer warps avoid it")

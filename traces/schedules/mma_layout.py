@@ -122,6 +122,19 @@ def layouts(dots: list[Dot], num_warps: int, wgmma: bool) -> list[tuple[int, int
     return [lone_layout_v2(dot.m, dot.n, num_warps) for dot in dots]
 
 
+def layout_label(m: int, n: int, layout: tuple[int, int]) -> str:
+    """``"MxN:WMxWN"``: a matmul result's rows and columns and the warps laid along them, as
+    the prediction JSON (``warp_layout``) and the compiled kernels' ``mma_layouts`` name it."""
+    return f"{m}x{n}:{layout[0]}x{layout[1]}"
+
+
+def parse_layout_label(label: str) -> tuple[Dot, tuple[int, int]]:
+    """The result shape (a ``Dot`` with ``k`` 0) and layout a ``layout_label`` names."""
+    shape, warps = label.split(":")
+    (m, n), (wm, wn) = (tuple(int(x) for x in part.split("x")) for part in (shape, warps))
+    return Dot(m, n, 0), (wm, wn)
+
+
 def replication(dot: Dot, layout: tuple[int, int]) -> tuple[int, int]:
     """How many warps compute each row and each column of ``dot``'s result."""
     wm, wn = layout
