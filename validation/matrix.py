@@ -87,8 +87,8 @@ class Group:
     head_dim: int
     causal: bool
     seqs: tuple[int, ...]
-    # A probe's tilings, in the order of DECODE_CANDIDATES' entries, all measured; empty:
-    # the schedule's candidates, of which the model chooses.
+    # A decode probe's tilings, as DECODE_CANDIDATES writes them (block_n, split_kv, stages,
+    # warps), every one measured; empty: the schedule's candidates, of which the model chooses.
     probe: tuple[tuple[int, int, int, int], ...] = ()
 
     def problem(self, n: int) -> AttentionProblem:
