@@ -71,6 +71,14 @@ MMA_LAYOUT = re.compile(r"^#(\w+) = #ttg\.nvidia_mma<\{.*?warpsPerCTA = \[(\d+),
                         re.MULTILINE)
 DOT_RESULT = re.compile(r"\b(?:tt\.dot|ttng\.warp_group_dot) .*?-> tensor<(\d+)x(\d+)x\w+, "
                         r"#(\w+)>")
+# The TTGIR ops that show a loop's software pipeline: a loop's start, an asynchronous copy
+# of global memory into shared memory and its commit group, the wait for copies in flight
+# ("{num = N}": that many commit groups may stay pending), and a matmul.
+_FOR = re.compile(r"\bscf\.for\b")
+_ASYNC_COPY = re.compile(r"\bttg\.async_copy_global_to_local\b")
+_ASYNC_COMMIT = re.compile(r"\bttg\.async_commit_group\b")
+_ASYNC_WAIT = re.compile(r"\bttg\.async_wait\b.*?\{num = (\d+) : i32\}")
+_MATMUL = re.compile(r"\b(?:tt\.dot|ttng\.warp_group_dot)\b(?!_wait)")
 _SEQ_ARGS = {"n_q", "n_kv"}
 _DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
@@ -110,6 +118,12 @@ class KernelResources:
     wgmma_smem_bytes_per_flop_max: float | None = None
     # How the compiler laid the warps over the matmuls (``dot_layouts``).
     mma_layouts: str | None = None
+    # The software pipeline of its innermost loops that copy global memory into shared
+    # memory (``loop_pipeline``): iterations whose loads are in flight when an iteration
+    # waits for its own, and whether the copies for a later iteration are issued after
+    # the loop body's matmuls (into the buffer they have just read). None without such loop.
+    loads_in_flight: int | None = None
+    loads_issued_after_compute: bool | None = None
 
     @property
     def fits(self) -> bool:
@@ -159,6 +173,55 @@ def dot_layouts(ttgir: str) -> str | None:
     found = {layout_label(int(m), int(n), warps[name])
              for m, n, name in DOT_RESULT.findall(ttgir) if name in warps}
     return ",".join(sorted(found)) or None
+
+
+def _innermost_loops(ttgir: str) -> list[list[str]]:
+    """The body lines of every ``scf.for`` of a TTGIR that holds no other loop."""
+    loops, stack = [], []
+    for line in ttgir.splitlines():
+        if _FOR.search(line) and line.rstrip().endswith("{"):
+            stack.append({"depth": 0, "lines": [], "nested": False})
+            for outer in stack[:-1]:
+                outer["nested"] = True
+            continue
+        if not stack:
+            continue
+        for loop in stack:
+            loop["lines"].append(line)
+        top = stack[-1]
+        top["depth"] += line.count("{") - line.count("}")
+        if top["depth"] < 0:  # the loop's closing brace
+            stack.pop()
+            if not top["nested"]:
+                loops.append(top["lines"][:-1])
+    return loops
+
+
+def loop_pipeline(ttgir: str) -> tuple[int | None, bool | None]:
+    """``(loads in flight, issued after compute)`` of a TTGIR's pipelined loops.
+
+    In each innermost loop that copies global memory into shared memory asynchronously, an
+    iteration waits (``async_wait {num = N}``) until at most ``N`` commit groups are still
+    pending; with ``g`` groups committed per iteration, the iteration's own loads and those
+    of the ``N / g`` iterations after it are in flight as it waits: ``N / g + 1``
+    iterations. The copies for a later iteration are issued after the body's matmuls when
+    the first copy comes after the last matmul. The loops of one kernel agree (the causal
+    forward has two); if they do not, the least overlap is reported (fewest in flight,
+    issued after compute if any loop is). ``(None, None)`` without such a loop.
+    """
+    in_flight, after = [], []
+    for body in _innermost_loops(ttgir):
+        copies = [i for i, line in enumerate(body) if _ASYNC_COPY.search(line)]
+        groups = sum(1 for line in body if _ASYNC_COMMIT.search(line))
+        waits = [int(m.group(1)) for line in body if (m := _ASYNC_WAIT.search(line))]
+        if not copies or not groups or not waits:
+            continue
+        in_flight.append(min(waits) // groups + 1)
+        matmuls = [i for i, line in enumerate(body) if _MATMUL.search(line)]
+        after.append(bool(matmuls) and copies[0] > matmuls[-1])
+    if not in_flight:
+        return None, None
+    return min(in_flight), any(after)
 
 
 def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
@@ -270,9 +333,11 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,
                                error=(message[-1] if message else type(exc).__name__)[:200])
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
-    ptx = compiled.asm["ptx"]
+    ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
+    in_flight, after_compute = loop_pipeline(ttgir)
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
-                           mma_layouts=dot_layouts(compiled.asm["ttgir"]),
+                           mma_layouts=dot_layouts(ttgir), loads_in_flight=in_flight,
+                           loads_issued_after_compute=after_compute,
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -337,7 +402,7 @@ def _well_typed(result: dict) -> bool:
     """Counts are integers (or null), ratios numbers (or null), the error text or null:
     what ``compile_one`` writes, so that a hand-edited line cannot feed nonsense on."""
     counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
-              "wgmma_rs_ops")
+              "wgmma_rs_ops", "loads_in_flight")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)
@@ -346,7 +411,8 @@ def _well_typed(result: dict) -> bool:
                                           and not isinstance(result[k], bool))
                     for k in ratios)
             and all(result[k] is None or isinstance(result[k], str)
-                    for k in ("error", "mma_layouts")))
+                    for k in ("error", "mma_layouts"))
+            and result["loads_issued_after_compute"] in (None, True, False))
 
 
 def _write_cache(path: Path | None, results: dict[str, dict]) -> None:

@@ -255,3 +255,49 @@ def test_warp_layouts_are_the_compilers(every_kernel, tall_kernels):
         replicated |= any(16 * wm > d.m for d, (wm, _) in zip(kernel.dots, laid, strict=True))
         checked += 1
     assert checked >= 40 and replicated
+
+
+def test_loops_keep_stages_minus_one_iterations_of_loads_in_flight(every_kernel):
+    """Triton's software pipeline, read from the TTGIR (``resources.loop_pipeline``): with
+    ``num_stages`` s, an iteration waits for its loads with those of the s - 2 iterations
+    after it still in flight, s - 1 in all, and the FA loops issue the loads of iteration
+    t + s - 1 after iteration t's matmuls, into the buffer those have just read. So at two
+    stages a CTA's loads do not overlap its own compute (other CTAs on its SM can). One
+    stage is not pipelined: no asynchronous copies at all."""
+    looping = {"fa1_fwd", "fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq", "decode_split"}
+    deeper = resources.measure(["fa2_fwd", "decode_split"], archs=(90,), dtype="bf16",
+                               head_dim=64, tilings=[Tiling(block_m=64, block_n=32,
+                                                            num_stages=s, num_warps=4)
+                                                     for s in (1, 3)])
+    checked = 0
+    for r in every_kernel + deeper:
+        label = f"{r.kernel} sm_{r.arch} stages={r.num_stages}"
+        if r.kernel in looping and r.num_stages > 1:
+            assert r.loads_in_flight == r.num_stages - 1, label
+            assert r.loads_issued_after_compute is True, label
+            checked += 1
+        elif r.num_stages == 1:
+            assert r.loads_in_flight is None, label
+    assert checked == 2 * len(looping) + 2
+
+
+def test_loop_pipeline_reads_waits_and_order():
+    """``loop_pipeline`` on a hand-written TTGIR loop: two commit groups per iteration and
+    ``num = 4`` pending leave three iterations in flight; the copy after the matmul."""
+    body = """
+    %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x) -> (tensor<64x64xf32>) {
+      %w = ttg.async_wait %t0, %t1 {num = 4 : i32}
+      %d = ttng.warp_group_dot %p, %q, %a : tensor<64x64xf32, #mma>
+      %e = ttng.warp_group_dot_wait %d {pendings = 0 : i32}
+      %k = ttg.async_copy_global_to_local %ptr, %buf : tensor<64x64x!tt.ptr<bf16>>
+      %g = ttg.async_commit_group tokens %k
+      %v = ttg.async_copy_global_to_local %ptr2, %buf2 : tensor<64x64x!tt.ptr<bf16>>
+      %h = ttg.async_commit_group tokens %v
+      scf.yield %e : tensor<64x64xf32>
+    }
+    """
+    assert resources.loop_pipeline(body) == (3, True)
+    before = body.replace("%d = ttng.warp_group_dot %p", "%z = arith.addf %p").replace(
+        "scf.yield", "%d2 = tt.dot %p, %q, %a\n      scf.yield")
+    assert resources.loop_pipeline(before) == (3, False)
+    assert resources.loop_pipeline("tt.func @f() {\n  tt.return\n}\n") == (None, None)

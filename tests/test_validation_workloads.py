@@ -72,7 +72,8 @@ def test_kernel_facts_read_the_compiled_kernel():
                      "registers": None, "spill_bytes": None,  # no cubin to read
                      "wgmma_smem_bytes_per_flop": pytest.approx(per_flop),
                      "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop),
-                     "mma_layouts": "64x16:4x1"}
+                     "mma_layouts": "64x16:4x1", "loads_in_flight": None,
+                     "loads_issued_after_compute": None}  # no loop in this TTGIR
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None

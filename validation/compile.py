@@ -167,15 +167,21 @@ def kernel_facts(name: str, compiled) -> dict:
     what its wgmma ask of shared memory per FLOP (``kernels.resources.wgmma_operand_demand``:
     over their mix, and the most demanding; None without wgmma), and how the compiler laid
     the warps over its matmuls (``kernels.resources.dot_layouts``: the device's Triton may
-    lay them otherwise than ours; None without the TTGIR or matmuls)."""
-    from kernels.resources import dot_layouts, wgmma_operand_demand
+    lay them otherwise than ours; None without the TTGIR or matmuls), and its loops'
+    software pipeline (``kernels.resources.loop_pipeline``: iterations of loads in flight
+    at a wait, and whether the next loads are issued after the matmuls; None without a
+    pipelined loop)."""
+    from kernels.resources import dot_layouts, loop_pipeline, wgmma_operand_demand
 
+    ttgir = compiled.asm.get("ttgir", "")
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
+    in_flight, after_compute = loop_pipeline(ttgir)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
-            "mma_layouts": dot_layouts(compiled.asm.get("ttgir", ""))}
+            "mma_layouts": dot_layouts(ttgir), "loads_in_flight": in_flight,
+            "loads_issued_after_compute": after_compute}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:

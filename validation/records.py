@@ -37,8 +37,8 @@ TIMING_KEYS = ("median_s", "p20_s", "p80_s")
 KERNEL_COUNTER_KEYS = tuple(METRICS.values())
 COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
 FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
-             "wgmma_smem_bytes_per_flop_max")
-COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes")
+             "wgmma_smem_bytes_per_flop_max", "loads_in_flight")
+COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "loads_in_flight")
 
 
 class RecordError(ProblemError):
@@ -181,6 +181,10 @@ def validate_record(rec: object) -> None:
         if layouts is not None and not isinstance(layouts, str):
             raise RecordError(f'"kernel_facts[{i}].mma_layouts" must be a string or null, '
                               f"got {_kind(layouts)}")
+        after = fact.get("loads_issued_after_compute")
+        if after is not None and not isinstance(after, bool):
+            raise RecordError(f'"kernel_facts[{i}].loads_issued_after_compute" must be true, '
+                              f"false or null, got {_kind(after)}")
         for key in COUNT_FACT_KEYS:  # what a compiler counts is whole
             if fact.get(key) is not None and not isinstance(fact[key], int):
                 raise RecordError(f'"kernel_facts[{i}].{key}" must be an integer or null, '

@@ -20,7 +20,8 @@ from the step to the CTA phase:
   and cannot be shorter than its critical path ``CP`` alone on the GPU. With ``s`` stages,
   iteration ``t``'s loads are issued when iteration ``t - s + 1`` starts, so the loop runs
   at ``max(compute, (latency + transfer + compute) / s)`` per iteration (one stage:
-  ``latency + transfer + compute``); the body's path is that loop plus the epilogue. A
+  ``latency + transfer + compute``; the full engine's order, which the compile does not
+  keep: ``full`` says how); the body's path is that loop plus the epilogue. A
   step's latency is HBM's for the share of the CTA's steps that missed L2, L2's otherwise.
   In a kernel without a loop the body is one compute step, and it queues on its SM first
   come, first served, as the full engine's steps do, rather than sharing the SM's units:

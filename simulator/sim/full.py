@@ -14,6 +14,10 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   released, waits for its own, computes, and issues its stores. So up to ``num_stages``
   iterations' loads are in flight; ``num_stages = 1`` loads, waits and computes in turn.
   Shared memory holds ``num_stages`` buffers, which is what the schedules count as SRAM.
+  NOTE: Triton's compile keeps one iteration fewer in flight: it issues iteration
+  ``t + num_stages - 1``'s loads after iteration ``t``'s matmuls
+  (``kernels.resources.loop_pipeline``). Both engines keep this model's order until they
+  change together (BENCHMARKS.md, "The compiler keeps num_stages − 1 iterations").
 - **Memory**: every tile access is looked up in L2 (``l2``) when it is issued. All its bytes
   cross L2 (a processor-sharing pool at the preset's effective L2 bandwidth) and the SM's
   port (a pool per SM at its shared-memory bandwidth: an SM cannot take in data faster
