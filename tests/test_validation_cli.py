@@ -366,22 +366,32 @@ def test_plan_compile_check_names_what_does_not_fit(tmp_path):
 
 def test_the_mlp_probe_measures_every_tiling_it_names():
     """A probe chooses nothing: both decode groups keep all of PROBE_DECODE (the same tiles
-    at 2, 3 and 4 stages, larger tiles at 2), as role "probe", rated like the others."""
+    at 2, 3 and 4 stages, larger tiles at 2) and FA2's forward and backward all of
+    PROBE_FA2 (the same tiles at 2 and 3 stages), as role "probe", rated like the others."""
     hw = load_hardware("h200-sxm")
     groups = matrix.groups_for("mlp")
-    assert [(g.schedule, g.head_dim, g.seqs) for g in groups] == [
-        ("decode", 64, (16384,)), ("decode", 128, (16384,))]
+    assert [(g.schedule, g.pass_, g.head_dim, g.seqs) for g in groups] == [
+        ("decode", "fwd", 64, (16384,)), ("decode", "fwd", 128, (16384,)),
+        ("fa2", "fwd", 64, (4096,)), ("fa2", "bwd", 64, (4096,))]
     plan = matrix.build_plan("mlp", hw, _roofline_predictor, "roofline stand-in")
     assert plan["sha256"] == matrix.plan_hash(plan)
-    assert len(plan["configs"]) == 2 * len(matrix.PROBE_DECODE)
+    fa2 = len(matrix.PROBE_FA2["fwd"]) + len(matrix.PROBE_FA2["bwd"])
+    assert len(plan["configs"]) == 2 * len(matrix.PROBE_DECODE) + fa2
     assert {c["role"] for c in plan["configs"]} == {matrix.PROBE}
+
+    def tilings(schedule, pass_, d, fields):
+        return {tuple(c["tiling"][f] for f in fields) for c in plan["configs"]
+                if c["schedule"] == schedule and c["problem"]["pass"] == pass_
+                and c["problem"]["head_dim"] == d}
+
     for d in (64, 128):
-        tilings = {(c["tiling"]["block_n"], c["tiling"]["split_kv"], c["tiling"]["num_stages"],
-                    c["tiling"]["num_warps"]) for c in plan["configs"]
-                   if c["problem"]["head_dim"] == d}
-        assert tilings == set(matrix.PROBE_DECODE)
+        assert tilings("decode", "fwd", d, ("block_n", "split_kv", "num_stages",
+                                            "num_warps")) == set(matrix.PROBE_DECODE)
+    for pass_ in ("fwd", "bwd"):
+        assert tilings("fa2", pass_, 64, ("block_m", "block_n", "num_stages",
+                                          "num_warps")) == set(matrix.PROBE_FA2[pass_])
     dropped = matrix.build_plan(
         "mlp", hw, _roofline_predictor, "roofline stand-in",
         aot=lambda schedule, problem, tiling: {"ok": tiling.num_stages != 4})
-    assert len(dropped["configs"]) == 2 * (len(matrix.PROBE_DECODE) - 1)
+    assert len(dropped["configs"]) == 2 * (len(matrix.PROBE_DECODE) - 1) + fa2
     assert sum("does not compile" in note for note in dropped["notes"]) == 2

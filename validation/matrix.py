@@ -75,6 +75,13 @@ DECODE_CANDIDATES = [(32, 4, 2, 4), (32, 16, 2, 4), (32, 32, 2, 4), (64, 4, 2, 4
 # stages. Does HBM's rate follow the bytes in flight (BENCHMARKS.md, "What is left")? Every
 # tiling is measured: a probe chooses nothing.
 PROBE_DECODE = ((32, 4, 2, 4), (32, 4, 3, 4), (32, 4, 4, 4), (64, 4, 2, 4), (128, 4, 2, 4))
+# And FA2's kernels with the same tiles at 2 and 3 stages: Triton issues an iteration's
+# next loads after its matmuls (``kernels.resources.loop_pipeline``), so at 2 stages a CTA
+# cannot overlap them with its own compute, and at 3 it can. How much slower are 2 stages
+# where one CTA holds an SM (BENCHMARKS.md, "The compiler keeps num_stages − 1")? As
+# CANDIDATES writes them: (block_m, block_n, stages, warps).
+PROBE_FA2 = {"fwd": ((128, 128, 2, 8), (128, 128, 3, 8), (128, 64, 2, 4), (128, 64, 3, 4)),
+             "bwd": ((128, 64, 2, 8), (128, 64, 3, 8), (64, 64, 2, 4), (64, 64, 3, 4))}
 PROBE = "probe"  # the role of a probe's configs in the plan
 
 
@@ -87,8 +94,9 @@ class Group:
     head_dim: int
     causal: bool
     seqs: tuple[int, ...]
-    # A decode probe's tilings, as DECODE_CANDIDATES writes them (block_n, split_kv, stages,
-    # warps), every one measured; empty: the schedule's candidates, of which the model chooses.
+    # A probe's tilings, every one measured, as the schedule's candidates write them:
+    # decode's (block_n, split_kv, stages, warps), the others' (block_m, block_n, stages,
+    # warps). Empty: the schedule's candidates, of which the model chooses.
     probe: tuple[tuple[int, int, int, int], ...] = ()
 
     def problem(self, n: int) -> AttentionProblem:
@@ -105,7 +113,7 @@ class Group:
             return [Tiling(block_m=16, block_n=bn, split_kv=s, num_stages=st, num_warps=w)
                     for bn, s, st, w in self.probe or DECODE_CANDIDATES]
         return [Tiling(block_m=bm, block_n=bn, num_stages=st, num_warps=w)
-                for bm, bn, st, w in CANDIDATES[(self.schedule, self.pass_)]]
+                for bm, bn, st, w in self.probe or CANDIDATES[(self.schedule, self.pass_)]]
 
     @property
     def label(self) -> str:
@@ -136,7 +144,10 @@ def groups_for(name: str) -> list[Group]:
                 Group("naive", "fwd", 128, False, (2048,)),
                 Group("decode", "fwd", 128, False, (16384,))]
     if name == "mlp":
-        return [Group("decode", "fwd", d, False, (16384,), probe=PROBE_DECODE) for d in (64, 128)]
+        return ([Group("decode", "fwd", d, False, (16384,), probe=PROBE_DECODE)
+                 for d in (64, 128)]
+                + [Group("fa2", pass_, 64, False, (4096,), probe=PROBE_FA2[pass_])
+                   for pass_ in ("fwd", "bwd")])
     raise ProblemError(f'unknown matrix "{name}"; known: default, quick, mlp (or a plan .json '
                        'path)')
 
