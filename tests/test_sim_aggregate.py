@@ -88,8 +88,11 @@ def test_merged_one_shot_jobs_do_not_run_in_step():
     assert grid / _jobs(grid, slots, loopless=True).size == 8  # the case merges
     full = run(problem, tiling, "naive", hw, "full", NAIVE_COMPILED)
     fast = run(problem, tiling, "naive", hw, "aggregated", NAIVE_COMPILED)
+    merged = {"naive_qk", "naive_softmax"}  # the one-shot kernels; P.V loops, one job a CTA
+    assert {a.name for a in full.runs} > merged
     for a, b in zip(full.runs, fast.runs, strict=True):
-        assert -0.12 < b.time_s / a.time_s - 1 < 0.03, a.name
+        if a.name in merged:
+            assert -0.12 < b.time_s / a.time_s - 1 < 0.03, a.name
 
 
 def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
@@ -117,7 +120,7 @@ def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
     def jobs(hbm_bytes_per_job):
         B, K, CP = (np.tile(phase, (3, 1)) * s for s in (1.0, 1e-7, 1e-6))
         M = np.tile(phase / phase.sum(), (3, 1)) * hbm_bytes_per_job
-        return [B, M, K, CP]
+        return [B, M, K, CP, np.zeros_like(M)]  # no write-backs
 
     few = FOLD_MAX_ALONE * hw.sm_count  # slots of two CTAs per SM
     quiet = 0.5 * FOLD_MIN_HBM_DEMAND * hbm * path / few  # HBM bytes: half the threshold
@@ -149,8 +152,10 @@ def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
 def test_the_time_does_not_jump_where_merged_jobs_become_one_phase(monkeypatch):
     """Naive softmax with HBM oversubscribed about 2.25-2.75 times (four SMs of an H100 with
     a fortieth of its HBM and 2 MiB of L2, two CTAs per SM, 32 a job), HBM efficiency in
-    steps of 0.5%: with the ramp no step moves the time by more than 3%; a switch at the
-    threshold (the rule until 2026-11-30, put back here) jumps by over 10% at one step."""
+    steps of 0.5%: with the ramp no step moves the time by more than 3%. A switch at the
+    threshold (the rule until 2026-11-30) jumped by over 10% at one step while a CTA's
+    body waited for the write-backs its stores caused; with write-backs a flow of their
+    own (2026-12-01) the switch moves it by 2% at most here, and the ramp stays."""
     import numpy as np
 
     from simulator.sim import fluid
@@ -167,4 +172,4 @@ def test_the_time_does_not_jump_where_merged_jobs_become_one_phase(monkeypatch):
     assert np.abs(np.diff(softmax_log_times())).max() < 0.03
     monkeypatch.setattr(fluid, "fold_weight", lambda crowded, oversubscription: float(
         crowded or oversubscription >= fluid.FOLD_MIN_HBM_DEMAND))
-    assert np.abs(np.diff(softmax_log_times())).max() > 0.10
+    assert np.abs(np.diff(softmax_log_times())).max() < 0.03

@@ -91,10 +91,13 @@ def test_iteration_overhead_adds_once_per_iteration(mode):
 @pytest.mark.parametrize("overlap", [1.0, 0.19, 0.0])
 def test_resident_ctas_overlap_up_to_the_busy_time(overlap):
     """Many CTAs per SM: time approaches the units' busy time (the busiest unit, plus the
-    share of the others that does not overlap it), not the sum of the CTAs' paths."""
+    share of the others that does not overlap it), not the sum of the CTAs' paths. Three
+    stages: each CTA's next loads are in flight while it computes (with two, Triton issues
+    them after its matmuls, and two CTAs per SM do not cover each one's wait); block_n 32,
+    so that two CTAs of three stages fit an SM."""
     hw = dataclasses.replace(HW, unit_overlap=overlap)
     problem = AttentionProblem(4, 32, 4096, 128)
-    tiling = Tiling(128, 64, 2, 4)
+    tiling = Tiling(128, 32, 3, 4)
     sim = run(problem, tiling, "fa2", hw, "aggregated")
     (kernel,) = sim.runs
     busiest = kernel.unit_s.max() / hw.sm_count
@@ -125,3 +128,37 @@ def test_synchronous_mma_runs_at_its_own_efficiency():
         flops = 4 * 2 * 512 * 512 * 64
         assert tensor_s == pytest.approx(
             flops / (HW.tensor_flops_per_s["bf16"] * efficiency / HW.sm_count), rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["full", "aggregated"])
+def test_two_stages_wait_for_every_load_three_hide_all_but_the_first(mode):
+    """Triton's pipeline (``kernels.resources.loop_pipeline``): iteration t issues the loads
+    of t + stages - 1 after its matmuls. A lone CTA whose K/V all miss L2: at two stages
+    each of its n iterations waits for its loads after the previous compute, so a longer
+    HBM latency adds n times over; at three, with each step's compute longer than a load's
+    latency and transfer, only the first loads' wait remains. Latencies are scaled by the
+    CTA's ``latency_factor`` in both engines."""
+    from simulator.sim.costs import latency_factor
+
+    delta = 1e-7
+    later = dataclasses.replace(HW, hbm_latency_s=HW.hbm_latency_s + delta)
+    n, _ = _paths(Tiling(128, 64, 2, 4), HW)
+    assert n == 128
+    for stages, waits in ((2, n), (3, 1)):
+        tiling = Tiling(128, 64, stages, 4)
+        added = run(ALONE, tiling, "fa2", later, mode).time_s - run(ALONE, tiling, "fa2", HW,
+                                                                    mode).time_s
+        assert added == pytest.approx(waits * delta * float(latency_factor(0)), rel=1e-6)
+
+
+def test_latency_factors_spread_evenly_about_one():
+    """``latency_factor``: within 1 +- LATENCY_SPREAD, and any run of consecutive CTAs
+    (a wave) averages close to 1, so the spread moves no mean latency."""
+    from simulator.sim.costs import LATENCY_SPREAD, latency_factor
+
+    factors = latency_factor(np.arange(10_000))
+    assert factors.min() >= 1 - LATENCY_SPREAD and factors.max() <= 1 + LATENCY_SPREAD
+    assert factors.max() - factors.min() > 1.9 * LATENCY_SPREAD
+    for start, size in ((0, 132), (500, 264), (7_000, 1_000)):
+        assert abs(factors[start:start + size].mean() - 1) < 0.01
+    assert float(latency_factor(3)) == pytest.approx(factors[3])

