@@ -22,9 +22,10 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   than it can write it to shared memory); the bytes that miss also cross HBM (effective
   HBM bandwidth). A load's data is there when all its transfers are done plus the latency
   of the farthest level it reached, scaled by its CTA's ``costs.latency_factor`` (near
-  and far L2 slices: without a spread, identical CTAs stay in lock-step). Write-backs of evicted dirty blocks are HBM transfers
-  nobody waits for. Stores cross the port and L2 and are not waited for, except that a CTA
-  retires only once its stores have been accepted by L2.
+  and far L2 slices: without a spread, identical CTAs stay in lock-step). Write-backs of
+  evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
+  and are not waited for, except that a CTA retires only once its stores have been
+  accepted by L2.
 - **Compute** (``compute``): a step ends its critical path after it starts, but not before
   its SM's units have done the busy seconds (``compute.busy_seconds``) queued before it
   and its own: the CTAs of one SM share its units first come, first served.
