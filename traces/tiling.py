@@ -24,7 +24,9 @@ class Tiling:
     """Block sizes and pipeline depth.
 
     ``block_m`` rows of Q (or of the output) per CTA tile, ``block_n`` rows of K/V per
-    inner-loop step, ``num_stages`` tile loads kept in flight (software pipelining),
+    inner-loop step, ``num_stages`` shared-memory buffers of software pipelining (Triton
+    keeps ``num_stages - 1`` iterations' loads in flight and issues the next after the
+    matmuls: ``kernels.resources.loop_pipeline``),
     ``num_warps`` warps per CTA, ``split_kv`` K/V chunks for split-KV decoding.
     """
 

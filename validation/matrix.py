@@ -78,7 +78,7 @@ PROBE_DECODE = ((32, 4, 2, 4), (32, 4, 3, 4), (32, 4, 4, 4), (64, 4, 2, 4), (128
 # And FA2's kernels with the same tiles at 2 and 3 stages: Triton issues an iteration's
 # next loads after its matmuls (``kernels.resources.loop_pipeline``), so at 2 stages a CTA
 # cannot overlap them with its own compute, and at 3 it can. How much slower are 2 stages
-# where one CTA holds an SM (BENCHMARKS.md, "The compiler keeps num_stages − 1")? As
+# where one CTA holds an SM (BENCHMARKS.md, "Loads in the compile's order")? As
 # CANDIDATES writes them: (block_m, block_n, stages, warps).
 PROBE_FA2 = {"fwd": ((128, 128, 2, 8), (128, 128, 3, 8), (128, 64, 2, 4), (128, 64, 3, 4)),
              "bwd": ((128, 64, 2, 8), (128, 64, 3, 8), (64, 64, 2, 4), (64, 64, 3, 4))}
