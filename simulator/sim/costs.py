@@ -89,7 +89,7 @@ class CtaCosts:
                missed_steps: np.ndarray, burst: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(B, M, K, CP, W)``, each ``[grid, 4]``: latency, first loads, body, last
         stores. ``W`` is the write-backs of dirty blocks the phase's accesses evict: HBM
-        bytes that no CTA waits for (the fluid moves them as a flow of the CTA's slot).
+        bytes that no CTA waits for (the fluid moves them as one flow of the kernel's).
 
         Only the CTAs marked in ``burst`` (those that start the first wave together) keep
         their latency and first loads as phases of their own; every other CTA starts as a

@@ -25,9 +25,9 @@ from the step to the CTA phase:
   for the share of the CTA's steps that missed L2, L2's otherwise, scaled by the CTA's
   ``costs.latency_factor`` as in the full engine.
 - **Write-backs** of the dirty blocks a phase's accesses evict (``W``) are no phase's
-  bytes: they join a flow of the CTA's slot that shares HBM with the phases and that no
-  phase waits for (the full engine's write-backs, which nobody waits for either); the
-  next kernel starts when they have drained.
+  bytes: they join the kernel's write-back flow, which shares HBM with the phases and which
+  no phase waits for (the full engine's write-backs, which nobody waits for either); the
+  next kernel starts when it has drained.
   In a kernel without a loop the body is one compute step, and it queues on its SM first
   come, first served, as the full engine's steps do, rather than sharing the SM's units:
   the CTAs of an SM then finish their bodies one after another, not all at once, and
@@ -172,8 +172,8 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body, sm_free, d
     path and the SM's units being done with what was queued before it and with its own
     (later if its bytes are held up).
 
-    The write-backs the phase causes join the slot's write-back flow (column ``slots +
-    s``): HBM bytes that share HBM with everyone's and that no phase waits for, as the full
+    The write-backs the phase causes join the kernel's write-back flow (the last column):
+    HBM bytes that share HBM with everyone's and that no phase waits for, as the full
     engine's write-backs. Alone the flow would drain at HBM's rate.
     """
     phases = job.shape[2]
@@ -212,9 +212,9 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
           work, dirty, share_state, rates, queued_body, sm_free):  # pragma: no cover - numba
     """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1.
 
-    Columns ``0 .. slots - 1`` of the slot arrays are the slots, ``slots + s`` slot ``s``'s
+    Columns ``0 .. slots - 1`` of the slot arrays are the slots, column ``slots`` the
     write-back flow (``_enter``); a drained flow is empty (job -1, ``CP`` inf) until the
-    slot's next write-backs."""
+    next write-backs."""
     n_cols = slot_f.shape[1]
     n_slots = n_cols - 1
     rem, rate = slot_f[_S_REM], slot_f[_S_RATE]
