@@ -106,6 +106,7 @@ class FullEngine:
             start, before = self.env.now, self.cache.stats.copy()
             hbm_log, l2_log = len(self.hbm.busy_log), len(self.l2.busy_log)
             self.prog = prog
+            self.latency_scale = latency_factor(np.arange(prog.grid)).tolist()
             self.req = {
                 (phase, kind): _Requests(getattr(prog, phase), kind,
                                          prog.plane_offset if phase == "loop" else None)
@@ -203,8 +204,8 @@ class FullEngine:
             return None
         total, miss = moved
         arrived = self.env.event()
-        latency = (self.hw.hbm_latency_s if miss else self.hw.l2_latency_s) * float(
-            latency_factor(cta))
+        latency = ((self.hw.hbm_latency_s if miss else self.hw.l2_latency_s)
+                   * self.latency_scale[cta])
         parts = [3 if miss else 2]
 
         def part_done() -> None:
