@@ -38,7 +38,11 @@ class CtaCosts:
     """Per-CTA bytes and seconds of one kernel, by phase of the program (length ``grid``)."""
 
     def __init__(self, prog: KernelProgram, hw: Hardware, stages: int, tensors: int):
-        self.hw, self.stages = hw, stages
+        self.hw = hw
+        # Loop iterations whose loads are issued ahead of the one waited for: Triton's
+        # ``num_stages - 1`` (``kernels.resources.loop_pipeline``); one at one stage.
+        self.ahead = max(stages - 1, 1)
+        self.latency_scale = latency_factor(np.arange(prog.grid))
         reps = np.arange(prog.grid) % prog.period
         count, first = prog.loop_count[: prog.period], prog.loop_first
 
@@ -65,9 +69,8 @@ class CtaCosts:
         per = np.maximum(self.n, 1)
         self.load_it, self.path_it = self.loop_load / per, self.loop_path / per
         self.store_it = loop(prog.loop.bytes_of(STORE)) / per
-        # Issued at the start: the prologue's loads and the first ``stages - 1``
-        # iterations' (one at one stage).
-        self.first_load = self.pre_load + np.minimum(self.n, max(stages - 1, 1)) * self.load_it
+        # Issued at the start: the prologue's loads and the first ``ahead`` iterations'.
+        self.first_load = self.pre_load + np.minimum(self.n, self.ahead) * self.load_it
         self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
 
     def compulsory_misses(self, tensor_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,12 +102,12 @@ class CtaCosts:
         ``missed_steps`` is the fraction of the CTA's loading steps that missed L2 somewhere:
         those wait for HBM's latency, the others for L2's.
         """
-        hw, stages = self.hw, self.stages
+        hw = self.hw
         l2, hbm = hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s
         through = min(l2, sm_port_bytes_per_s(hw))
         fraction = np.divide(miss, self.load, out=np.zeros_like(miss), where=self.load > 0)
         latency = (hw.l2_latency_s + missed_steps * (hw.hbm_latency_s - hw.l2_latency_s)
-                   ) * latency_factor(np.arange(miss.shape[0]))
+                   ) * self.latency_scale
 
         def transfer(nbytes, missed):
             return np.maximum(nbytes / through, missed / hbm)
@@ -114,7 +117,7 @@ class CtaCosts:
         moved_it = self.load_it + self.store_it
         step = np.maximum(self.path_it, (latency + self.path_it
                                          + transfer(moved_it, self.load_it * fraction))
-                          / max(stages - 1, 1))
+                          / self.ahead)
         loop = np.where(n > 0, self.path_it + (n - 1) * step, 0.0)
         drain = np.where(self.post_load > 0,
                          latency + transfer(self.post_load, self.post_load * fraction), 0.0)

@@ -236,12 +236,12 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
     jobs = job.shape[1]
     n_sm = levels.shape[1]
     hbm_rate = rates[1]
-    for w in range(n_slots, n_cols):  # drained write-back flows empty first
-        if sjob[w] == _WRITING and rem[w] <= _FINISHED:
-            sjob[w] = -1
-            slot_f[_S_M, w] = 0.0
-            slot_f[_S_CP, w] = np.inf
-            dirty[w % n_sm] = True
+    flow = n_slots  # the write-back flow's column: a drained flow empties first
+    if sjob[flow] == _WRITING and rem[flow] <= _FINISHED:
+        sjob[flow] = -1
+        slot_f[_S_M, flow] = 0.0
+        slot_f[_S_CP, flow] = np.inf
+        dirty[flow % n_sm] = True
     for s in range(n_slots):
         j = sjob[s]
         if j >= 0 and rem[s] <= _FINISHED:
@@ -262,9 +262,8 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
                 times[j, 1] = now  # nothing to do at all
         if sjob[s] >= 0:
             active += 1
-    for w in range(n_slots, n_cols):
-        if sjob[w] == _WRITING:
-            active += 1
+    if sjob[flow] == _WRITING:
+        active += 1
     if active == 0:
         return -1.0
     fair_rates(slot_f[_S_B], slot_f[_S_M], slot_f[_S_K], slot_f[_S_CP], n_sm, rates[0],
@@ -327,7 +326,7 @@ class FluidEngine:
             if attempt:
                 cache.restore(saved)
             hit, miss, written, first_miss, steps, missed, looked_up = replay(
-                cache, prog, start, loop_start, end, max(self.stages - 1, 1))
+                cache, prog, start, loop_start, end, costs.ahead)
             tiles += int(looked_up[0])
             phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
                                   written.astype(np.float64),
