@@ -113,9 +113,11 @@ def check(n_q: int, n_kv: int, tiling: Tiling) -> None:
                          f"{cdiv(tc, chunk)}")
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tiling: Tiling,
-            sm_scale: float) -> torch.Tensor:
-    """Run decode_split then decode_reduce; returns o [B, H, Nq, d]."""
+def launches(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tiling: Tiling,
+             sm_scale: float):
+    """``(split, reduce, o)``: the two kernel launches of one decode call, as functions of no
+    arguments over buffers allocated here, and the output ``o`` [B, H, Nq, d] that running
+    ``split`` then ``reduce`` fills (``validation/overheads.py`` times them one by one)."""
     b, h, n_q, d = q.shape
     h_kv, n_kv = k.shape[1], k.shape[2]
     g, n_split = h // h_kv, tiling.split_kv
@@ -126,10 +128,24 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, til
     o_partial = alloc((b, h_kv, n_split, g * n_q, d), torch.float32, q.device)
     lse_partial = alloc((b, h_kv, n_split, g * n_q), torch.float32, q.device)
     o = alloc(q.shape, q.dtype, q.device)
-    decode_split[(n_split, b * h_kv)](
-        q, k, v, o_partial, lse_partial, sm_scale, n_q, n_kv, g, n_split, chunk, CAUSAL=causal,
-        BLOCK_R=pow2_at_least(g * n_q, 16), BLOCK_N=tiling.block_n, HEAD_DIM=d,
-        DOT_FP32=dot_fp32(q.dtype), **opts)
-    decode_reduce[(b * h,)](o_partial, lse_partial, o, n_q, h, g, n_split,
-                            BLOCK_Q=pow2_at_least(n_q), HEAD_DIM=d, **opts)
+
+    def split():
+        decode_split[(n_split, b * h_kv)](
+            q, k, v, o_partial, lse_partial, sm_scale, n_q, n_kv, g, n_split, chunk,
+            CAUSAL=causal, BLOCK_R=pow2_at_least(g * n_q, 16), BLOCK_N=tiling.block_n,
+            HEAD_DIM=d, DOT_FP32=dot_fp32(q.dtype), **opts)
+
+    def reduce():
+        decode_reduce[(b * h,)](o_partial, lse_partial, o, n_q, h, g, n_split,
+                                BLOCK_Q=pow2_at_least(n_q), HEAD_DIM=d, **opts)
+
+    return split, reduce, o
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tiling: Tiling,
+            sm_scale: float) -> torch.Tensor:
+    """Run decode_split then decode_reduce; returns o [B, H, Nq, d]."""
+    split, reduce, o = launches(q, k, v, causal, tiling, sm_scale)
+    split()
+    reduce()
     return o

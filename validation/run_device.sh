@@ -22,18 +22,22 @@
 #
 # Environment: OUT (required; the tool sets it), MATRIX (default|quick|mlp|plan.json, default
 # "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
-# logs what it can and runs `validate --dry-run`; no GPU needed).
+# logs what it can and runs `validate --dry-run`; no GPU needed), EXTRA (what runs after the
+# matrix if EXTRA_MIN_S seconds remain: "overheads", the default, the probe of what a timed
+# call costs beyond its kernels, validation/overheads.py, about a minute; "bench", the
+# kernels' speed beside PyTorch, benchmarks/kernels_gpu.py; "none").
 #
 # Files written to $OUT (the tool returns at most 8): env.txt, validate.log, records.jsonl,
-# summary.json, ncu.csv, ncu.log, and kernels_bench.log + kernels_bench.jsonl (only if
-# benchmarks/kernels_gpu.py exists and at least BENCH_MIN_S seconds remain).
+# summary.json, ncu.csv, ncu.log, and two of the extra's: overheads.jsonl + overheads.log,
+# or kernels_bench.jsonl + kernels_bench.log.
 set -u -o pipefail
 START=$(date +%s)
 OUT=${OUT:?set OUT to the folder that receives the results}
 MATRIX=${MATRIX:-default}
 BUDGET_S=${BUDGET_S:-450}
 DRY_RUN=${DRY_RUN:-0}
-BENCH_MIN_S=60  # the optional kernel benchmark runs only if this much time is left
+EXTRA=${EXTRA:-overheads}
+EXTRA_MIN_S=60  # the extra runs only if this much time is left
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 elapsed() { echo $(( $(date +%s) - START )); }
@@ -79,7 +83,14 @@ python3 -m validation validate --matrix "$MATRIX" --out "$OUT/records.jsonl" \
 rc=$?
 
 LEFT=$(( BUDGET_S - $(elapsed) ))
-if [ -f benchmarks/kernels_gpu.py ] && [ "$LEFT" -ge "$BENCH_MIN_S" ]; then
+if [ "$LEFT" -lt "$EXTRA_MIN_S" ]; then
+    echo "extra \"$EXTRA\" skipped: $LEFT s left, it needs $EXTRA_MIN_S"
+elif [ "$EXTRA" = overheads ]; then
+    timeout "$(( LEFT - 10 ))" python3 -m validation.overheads run --out "$OUT/overheads.jsonl" \
+        >"$OUT/overheads.log" 2>&1 \
+        || echo "overheads probe stopped or failed (see overheads.log)"
+    python3 -m validation.overheads summary "$OUT/overheads.jsonl" 2>&1 | tail -n 14
+elif [ "$EXTRA" = bench ]; then
     timeout "$(( LEFT - 10 ))" python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_bench.jsonl" \
         >"$OUT/kernels_bench.log" 2>&1 \
         || echo "kernels benchmark stopped or failed (see kernels_bench.log)"

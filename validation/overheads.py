@@ -1,0 +1,394 @@
+"""What a timed call costs beyond its kernels' work: a probe for the next GPU session.
+
+The records leave three costs the model does not know (BENCHMARKS.md, "What is left"):
+
+- **do_bench's flush leaves L2 dirty.** ``triton.testing.do_bench`` zeroes a 256 MB buffer
+  before every timed run; L2 is a write-back cache, so the run may begin with L2 full of
+  dirty lines that its own misses must write to HBM. A memory-bound first kernel would pay
+  for them, a compute-bound one would hide them: decode's records run 4-9 us slower under
+  ``do_bench`` than the sum of their kernels' Nsight Compute durations, FA2's forward about
+  0 us slower.
+- **A kernel's fixed cost.** decode's reduce takes about 2.5 us more than its loads explain
+  at every split count (its ncu duration against the split count), and so does PyTorch's
+  own flash decoding at the same sizes (the peers' times at N = 1k).
+- **The launch between two kernels** (the preset's ``kernel_launch_overhead_s``, 1 us,
+  taken from the records' median gap, where timing noise of the long kernels swamps it).
+
+This probe times a few calls under four conditions, all with CUDA events around the call
+alone, as ``do_bench`` does:
+
+- ``do_bench``: ``triton.testing.do_bench`` itself (what the records used);
+- ``dirty``: this module's loop, flushing as ``do_bench`` does (zero a 256 MB buffer);
+- ``clean``: the same, then a read of a second 256 MB buffer, which evicts the dirty lines
+  (their write-back happens before the timed call) and leaves clean ones;
+- ``warm``: no flush at all.
+
+``dirty - clean`` is the write-back the flush costs a call; it should grow with the bytes
+the call reads and stop at what L2 held dirty. The calls: an empty kernel, two of them (the
+launch gap), streaming reads of 16 MB to 1 GB (``torch.sum``), three decode configs of the
+default matrix (two of them also kernel by kernel: the split kernel alone, and the reduce
+alone on the partials the split left), and one FA2 forward that is compute-bound (the
+control: ``dirty - clean`` near 0). The parts say where decode's fixed cost sits: in the
+split kernel, in the reduce, or between them (whole call - split - reduce).
+
+    python -m validation.overheads run --out overheads.jsonl        # on the GPU, ~30 s
+    python -m validation.overheads run --out /tmp/o.jsonl --dry-run  # CPU, interpreter
+    python -m validation.overheads summary overheads.jsonl           # anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SCHEMA = "tilesim.overheads/1"
+MODES = ("do_bench", "dirty", "clean", "warm")
+FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's flush buffer (Triton's get_empty_cache)
+REP_MS = 40.0  # as the matrix's records (warmup 10 ms, rep 40 ms)
+WARMUP_MS = 10.0
+MAX_REPS = 400
+
+
+@dataclass(frozen=True)
+class Call:
+    """One timed call: ``name``, what it is, and how to build it on a device."""
+
+    name: str
+    detail: dict
+    build: Callable  # (device, dry_run) -> the call, a function of no arguments
+
+
+def _empty_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def empty(X):
+        """Does nothing a compiler could see through: one lane may store one value."""
+        if tl.program_id(0) < 0:
+            tl.store(X, 0.0)
+
+    return empty
+
+
+def _build_empty(launches: int):
+    def build(device, dry_run):
+        import torch
+
+        kernel = _empty_kernel()
+        x = torch.zeros(1, dtype=torch.float32, device=device)
+
+        def call():
+            for _ in range(launches):
+                kernel[(1,)](x)
+        return call
+    return build
+
+
+def _build_read(nbytes: int):
+    def build(device, dry_run):
+        import torch
+
+        n = (4096 if dry_run else nbytes) // 2
+        x = torch.ones(n, dtype=torch.bfloat16, device=device)
+        return lambda: torch.sum(x, dtype=torch.float32)
+    return build
+
+
+def _build_kernel(schedule: str, problem: dict, tiling: dict, small: dict):
+    def build(device, dry_run):
+        from traces.problem import AttentionProblem
+        from traces.tiling import Tiling
+        from validation.workloads import kernel_call, make_inputs
+
+        p = AttentionProblem(**dict(problem, **(small if dry_run else {})))  # dry: tiny
+        call = kernel_call(schedule, p, Tiling(**tiling), make_inputs(p, device))
+        return call
+    return build
+
+
+def _build_decode_part(problem: dict, tiling: dict, small: dict, part: str):
+    """One of a decode call's two kernels alone (``part``: "split" or "reduce"); the split
+    runs once first, so that the reduce reads real partials."""
+    def build(device, dry_run):
+        from kernels.decode import launches
+        from traces.problem import AttentionProblem
+        from traces.tiling import Tiling
+        from validation.workloads import make_inputs
+
+        p = AttentionProblem(**dict(problem, **(small if dry_run else {})))  # dry: tiny
+        inputs = make_inputs(p, device)
+        split, reduce, _ = launches(inputs.q, inputs.k, inputs.v, p.causal, Tiling(**tiling),
+                                    inputs.sm_scale)
+        split()
+        return split if part == "split" else reduce
+    return build
+
+
+_DECODE = {"batch": 16, "heads": 32, "kv_heads": 8, "seq_q": 1, "head_dim": 64,
+           "dtype": "bf16", "causal": False, "pass_": "fwd"}
+_DECODE_SMALL = {"batch": 1, "heads": 4, "kv_heads": 2, "seq_kv": 256}
+
+
+def calls() -> list[Call]:
+    """The probe's calls, in the order they run."""
+    out = [Call("empty", {"launches": 1}, _build_empty(1)),
+           Call("empty_x2", {"launches": 2}, _build_empty(2))]
+    for mb in (16, 64, 256, 1024):
+        out.append(Call(f"read_{mb}mb", {"read_bytes": mb * 1024 * 1024},
+                        _build_read(mb * 1024 * 1024)))
+    for n_kv, bn, split in ((1024, 128, 2), (16384, 128, 2), (16384, 32, 4)):
+        problem = dict(_DECODE, seq_kv=n_kv)
+        tiling = {"block_m": 16, "block_n": bn, "num_stages": 2, "num_warps": 4,
+                  "split_kv": split}
+        name, detail = f"decode_k{n_kv}_n{bn}_sp{split}", {"schedule": "decode",
+                                                              "problem": problem,
+                                                              "tiling": tiling}
+        out.append(Call(name, detail, _build_kernel("decode", problem, tiling, _DECODE_SMALL)))
+        if n_kv == 16384 and bn == 128:
+            continue  # its parts: the other two configs bracket it
+        for part in ("split", "reduce"):
+            out.append(Call(f"{name}_{part}", dict(detail, kernel=f"decode_{part}"),
+                            _build_decode_part(problem, tiling, _DECODE_SMALL, part)))
+    fa2 = {"batch": 16, "heads": 16, "kv_heads": 16, "seq_q": 1024, "seq_kv": 1024,
+           "head_dim": 128, "dtype": "bf16", "causal": True, "pass_": "fwd"}
+    tiling = {"block_m": 64, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_kv": 1}
+    out.append(Call("fa2_fwd_1k_d128_causal", {"schedule": "fa2", "problem": fa2,
+                                                "tiling": tiling},
+                    _build_kernel("fa2", fa2, tiling,
+                                  {"batch": 1, "heads": 2, "kv_heads": 2, "seq_q": 64,
+                                   "seq_kv": 64, "head_dim": 64})))
+    return out
+
+
+def _quantiles(times_s: list[float]) -> dict:
+    ordered = sorted(times_s)
+
+    def q(f):
+        return ordered[min(len(ordered) - 1, int(f * len(ordered)))]
+    return {"median_s": statistics.median(ordered), "p20_s": q(0.2), "p80_s": q(0.8),
+            "n": len(ordered)}
+
+
+class _Timer:
+    """CUDA events around the call on a GPU; ``perf_counter`` in a dry run."""
+
+    def __init__(self, device):
+        import torch
+
+        self.cuda = device.type == "cuda"
+        self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        self.torch = torch
+
+    def run(self, call, before, reps: int) -> list[float]:
+        if not self.cuda:
+            times = []
+            for _ in range(reps):
+                before()
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+            return times
+        starts = [self.torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [self.torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            before()
+            starts[i].record()
+            call()
+            ends[i].record()
+        self.sync()
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
+
+
+def measure(call: Callable, device, dry_run: bool) -> dict[str, dict]:
+    """The call's timing under each mode (``MODES``; no ``do_bench`` in a dry run)."""
+    import torch
+
+    flush_bytes = 4096 if dry_run else FLUSH_BYTES
+    cache = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+    other = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
+    timer = _Timer(device)
+    call()
+    timer.sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        cache.zero_()
+        call()
+    timer.sync()
+    estimate_s = max((time.perf_counter() - t0) / 3, 1e-6)
+    reps = 3 if dry_run else max(5, min(MAX_REPS, int(REP_MS / 1e3 / estimate_s)))
+    for _ in range(0 if dry_run else max(1, int(WARMUP_MS / 1e3 / estimate_s))):
+        call()
+
+    def clean():
+        cache.zero_()
+        torch.sum(other)
+
+    flushes = {"dirty": cache.zero_, "clean": clean, "warm": lambda: None}
+    out = {mode: _quantiles(timer.run(call, before, reps)) for mode, before in flushes.items()}
+    if not dry_run:
+        from triton.testing import do_bench
+
+        median, p20, p80 = do_bench(call, warmup=WARMUP_MS, rep=REP_MS,
+                                    quantiles=[0.5, 0.2, 0.8])
+        out["do_bench"] = {"median_s": median / 1e3, "p20_s": p20 / 1e3, "p80_s": p80 / 1e3,
+                           "n": None}
+    return out
+
+
+def run(out_path: str, dry_run: bool, only: list[str] | None = None,
+        log: Callable[[str], None] = print) -> int:
+    """Time every call (or those named in ``only``), appending one JSON line per call and
+    mode to ``out_path``; a call that fails is logged and recorded with its error."""
+    import torch
+
+    from validation.environment import collect
+
+    if not dry_run and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA GPU here; run on the GPU machine or pass --dry-run")
+    device = torch.device("cuda" if torch.cuda.is_available() and not dry_run else "cpu")
+    env = collect(None)
+    failed = 0
+    for c in calls():
+        if only and c.name not in only:
+            continue
+        detail = dict(c.detail, note="dry run: tiny sizes, not these") if dry_run else c.detail
+        base = {"schema": SCHEMA, "call": c.name, "detail": detail, "dry_run": dry_run,
+                "environment": env}
+        try:
+            results = measure(c.build(device, dry_run), device, dry_run)
+            rows = [dict(base, mode=mode, **t) for mode, t in results.items()]
+            log(f"{c.name}: " + ", ".join(f"{m} {t['median_s'] * 1e6:.1f} us"
+                                          for m, t in results.items()))
+        except Exception as exc:  # one call's failure must not lose the others
+            failed += 1
+            rows = [dict(base, mode=None, error=f"{type(exc).__name__}: {exc}"[:300])]
+            log(f"{c.name}: failed: {rows[0]['error']}")
+        _append(out_path, rows)
+    return failed
+
+
+def _append(path: str, rows: list[dict]) -> None:
+    """Append whole lines, then flush to disk: a killed run keeps every finished call."""
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load(path: str) -> list[dict]:
+    """The rows of a probe file; a malformed line is a ``ValueError`` naming it."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or row.get("schema") != SCHEMA:
+                raise ValueError(f"{path}:{number}: not a {SCHEMA} row")
+            rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per call, the median time under each mode and the differences that answer the
+    module's questions, in microseconds: ``writeback_us`` (dirty - clean), ``flush_us``
+    (clean - warm: what a clean flush still costs, the call's own misses) and
+    ``do_bench_vs_dirty_us`` (should be about 0: this loop flushes as do_bench does).
+    A call's ``launch_gap_us`` (``empty_x2 - empty``, warm) is reported once, on
+    ``empty_x2``; a call timed also kernel by kernel (``X_split``, ``X_reduce``) gets
+    ``between_us`` per mode: the whole call's time less its kernels' alone. Calls with an
+    error carry it instead."""
+    by_call: dict[str, dict] = {}
+    for row in rows:
+        entry = by_call.setdefault(row["call"], {"call": row["call"], "median_us": {}})
+        if row.get("error"):
+            entry["error"] = row["error"]
+        elif row.get("mode") in MODES:
+            entry["median_us"][row["mode"]] = row["median_s"] * 1e6
+    def diff(medians: dict, a: str, b: str) -> float | None:
+        return medians[a] - medians[b] if a in medians and b in medians else None
+
+    out = []
+    for entry in by_call.values():
+        m = entry["median_us"]
+        entry["writeback_us"] = diff(m, "dirty", "clean")
+        entry["flush_us"] = diff(m, "clean", "warm")
+        entry["do_bench_vs_dirty_us"] = diff(m, "do_bench", "dirty")
+        out.append(entry)
+    for name, entry in by_call.items():
+        parts = [by_call.get(f"{name}_{part}", {}).get("median_us", {})
+                 for part in ("split", "reduce")]
+        if all(parts):
+            whole = entry["median_us"]
+            entry["between_us"] = {mode: whole[mode] - parts[0][mode] - parts[1][mode]
+                                   for mode in MODES
+                                   if mode in whole and all(mode in p for p in parts)}
+    one = by_call.get("empty", {}).get("median_us", {})
+    two = by_call.get("empty_x2", {}).get("median_us", {})
+    if "warm" in one and "warm" in two:
+        by_call["empty_x2"]["launch_gap_us"] = two["warm"] - one["warm"]
+    return out
+
+
+def _format(entries: list[dict]) -> str:
+    def us(v):
+        return f"{'-':>8s}" if v is None else f"{v:8.1f}"
+    lines = [f"{'call':28s} " + " ".join(f"{m:>8s}" for m in MODES)
+             + f" {'wb':>8s} {'flush':>8s} {'db-dirty':>8s}   (us; wb = dirty - clean)"]
+    for e in entries:
+        if e.get("error"):
+            lines.append(f"{e['call']:28s} failed: {e['error']}")
+            continue
+        m = e["median_us"]
+        lines.append(f"{e['call']:28s} " + " ".join(us(m.get(mode)) for mode in MODES)
+                     + f" {us(e['writeback_us'])} {us(e['flush_us'])}"
+                     + f" {us(e['do_bench_vs_dirty_us'])}")
+        if e.get("between_us"):
+            lines.append(f"{'':28s} whole - split - reduce: " + ", ".join(
+                f"{mode} {v:.1f}" for mode, v in e["between_us"].items()) + " us")
+        if "launch_gap_us" in e:
+            lines.append(f"{'':28s} launch gap (empty_x2 - empty, warm): "
+                         f"{e['launch_gap_us']:.2f} us")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.overheads",
+                                     description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="time the probe's calls (GPU, or --dry-run on the CPU)")
+    r.add_argument("--out", required=True, help="JSON Lines file to append to")
+    r.add_argument("--dry-run", action="store_true",
+                   help="tiny sizes on the CPU through Triton's interpreter")
+    r.add_argument("--only", nargs="*", help="run only these calls")
+    s = sub.add_parser("summary", help="the table of a probe file")
+    s.add_argument("path")
+    s.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            if args.dry_run:
+                os.environ.setdefault("TRITON_INTERPRET", "1")
+            failed = run(args.out, args.dry_run, args.only)
+            return 1 if failed else 0
+        entries = summary(load(args.path))
+        print(json.dumps(entries, indent=1) if args.json else _format(entries))
+        return 0
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"python -m validation.overheads: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
