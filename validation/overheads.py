@@ -15,7 +15,8 @@ The records leave three costs the model does not know (BENCHMARKS.md, "What is l
   taken from the records' median gap, where timing noise of the long kernels swamps it).
 
 This probe times a few calls under four conditions, all with CUDA events around the call
-alone, as ``do_bench`` does:
+alone, as ``do_bench`` does (its own modes also spin the GPU for 100 us before the start
+event, so that the host's launch latency is never what is timed):
 
 - ``do_bench``: ``triton.testing.do_bench`` itself (what the records used);
 - ``dirty``: this module's loop, flushing as ``do_bench`` does (zero a 256 MB buffer);
@@ -53,6 +54,11 @@ FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's flush buffer (Triton's get_empty_c
 REP_MS = 40.0  # as the matrix's records (warmup 10 ms, rep 40 ms)
 WARMUP_MS = 10.0
 MAX_REPS = 400
+# Before each timed call the GPU spins this many clocks (``torch.cuda._sleep``; 100 us at
+# the H200's 1.98 GHz), so that the host has queued the call's launches before the start
+# event fires: without it a call on an idle GPU (the warm mode) would time the host's
+# launch latency, tens of microseconds from Python, not the GPU's.
+HIDE_HOST_CYCLES = 200_000
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,8 @@ class _Timer:
         self.torch = torch
 
     def run(self, call, before, reps: int) -> list[float]:
+        """Times of ``reps`` calls, each after ``before()`` (the flush) and, on a GPU, the
+        spin that hides the host (``HIDE_HOST_CYCLES``)."""
         if not self.cuda:
             times = []
             for _ in range(reps):
@@ -199,6 +207,7 @@ class _Timer:
         ends = [self.torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
             before()
+            self.torch.cuda._sleep(HIDE_HOST_CYCLES)
             starts[i].record()
             call()
             ends[i].record()
