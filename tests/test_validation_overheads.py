@@ -128,3 +128,114 @@ def test_probe_calls_match_the_records_they_explain():
         key = (json.dumps(problem, sort_keys=True), json.dumps(c.detail["tiling"],
                                                                sort_keys=True))
         assert key in measured, c.name
+
+
+# ncu's documented long CSV form (``ncu --csv``; see tests/test_validation_ncu.py), one row
+# per (launch, metric); SYNTHETIC durations.
+_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+           '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+           '"Metric Value"')
+
+
+def _ncu_csv(durations_us: list[tuple[str, float]]) -> str:
+    rows = [f'"{i}","4242","python3","synthetic-host","{name}","1","7","(128, 1, 1)",'
+            f'"(64, 1, 1)","0","9.0","Command line profiler metrics",'
+            f'"gpu__time_duration.sum","usecond","{us}"'
+            for i, (name, us) in enumerate(durations_us)]
+    return "\n".join(["==PROF== Connected to process 4242", _HEADER, *rows,
+                      "==PROF== Disconnected from process 4242"])
+
+
+def _probe_launches(first_us: float = 50.0) -> list[tuple[str, float]]:
+    """The launches ``profile-target`` makes, in order: each call's kernels, the warm-up
+    (``first_us`` each, to be dropped) and then NCU_REPS repeats of known durations."""
+    out = []
+    for call, kernels in overheads.NCU_CALLS.items():
+        for rep in range(overheads.NCU_REPS + 1):
+            for j, kernel in enumerate(kernels):
+                base = {"empty": 2.0, "decode_k1024_n128_sp2": 10.0}.get(call, 100.0)
+                out.append((kernel, first_us if rep == 0 else base + j + rep / 10))
+    return out
+
+
+def test_ncu_rows_drop_the_warm_up_and_take_medians():
+    from validation import ncu
+
+    launches = ncu.parse_csv(_ncu_csv(_probe_launches()))
+    rows = {r["call"]: r for r in overheads.ncu_rows(launches)}
+    # repeats 1..5 add 0.1..0.5 us: the median adds 0.3
+    assert rows["empty"]["kernels_s"] == {"probe_empty": pytest.approx(2.3e-6)}
+    dec = rows["decode_k1024_n128_sp2"]
+    assert dec["kernels_s"]["decode_split"] == pytest.approx(10.3e-6)
+    assert dec["kernels_s"]["decode_reduce"] == pytest.approx(11.3e-6)
+    assert dec["median_s"] == pytest.approx(21.6e-6) and dec["n"] == overheads.NCU_REPS
+    assert rows["decode_k16384_n32_sp4"]["median_s"] == pytest.approx(201.6e-6)
+    with pytest.raises(ncu.NcuParseError, match="expected 30 launches"):
+        overheads.ncu_rows(launches[:-1])
+    swapped = list(launches)
+    swapped[6], swapped[7] = swapped[7], swapped[6]  # decode_reduce before decode_split
+    with pytest.raises(ncu.NcuParseError):
+        overheads.ncu_rows(swapped)
+
+
+def test_run_ncu_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """The two profiles run the probe's target under both cache controls; a stand-in ncu
+    prints synthetic CSV (flushed: 50% slower) and the rows land as the two ncu modes."""
+    from validation import ncu
+
+    flushed = _ncu_csv([(k, us * 1.5) for k, us in _probe_launches()])
+    warm = _ncu_csv(_probe_launches())
+    (tmp_path / "all.csv").write_text(flushed)
+    (tmp_path / "none.csv").write_text(warm)
+    fake = tmp_path / "ncu"
+    fake.write_text(f"""#!/bin/bash
+case "$*" in
+  *--version*) echo "NVIDIA Nsight Compute CLI"; echo "Version 2099.1.0"; exit 0;;
+  *--help*) echo "--print-units --cache-control --clock-control"; exit 0;;
+esac
+args=("$@")
+for i in "${{!args[@]}}"; do
+  if [ "${{args[$i]}}" = "--cache-control" ]; then cat "{tmp_path}/${{args[$((i+1))]}}.csv"; fi
+done
+echo "$*" > "{tmp_path}/argv.$$"
+""")
+    fake.chmod(0o755)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    out = tmp_path / "o.jsonl"
+    assert overheads.run_ncu(str(out), log=lambda _: None) == 0
+    rows = overheads.load(str(out))
+    assert [(r["mode"], r["call"]) for r in rows] == [
+        (mode, call) for mode in ("ncu_flushed", "ncu_warm") for call in overheads.NCU_CALLS]
+    by = {(r["mode"], r["call"]): r for r in rows}
+    assert by[("ncu_flushed", "empty")]["median_s"] == pytest.approx(1.5 * 2.3e-6)
+    assert by[("ncu_warm", "empty")]["median_s"] == pytest.approx(2.3e-6)
+    assert by[("ncu_warm", "empty")]["environment"]["ncu_version"] == "2099.1.0"
+    argvs = [p.read_text() for p in tmp_path.glob("argv.*")]
+    assert len(argvs) == 2
+    assert all("profile-target" in a and overheads.NCU_FILTER in a
+               and "gpu__time_duration.sum" in a for a in argvs)
+    entries = {e["call"]: e for e in overheads.summary(rows)}
+    assert entries["empty"]["median_us"]["ncu_warm"] == pytest.approx(2.3)
+
+
+def test_run_ncu_reports_a_profile_it_cannot_read(tmp_path, monkeypatch):
+    from validation import ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/bash\necho '==ERROR== Failed to initialize the profiler'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    out = tmp_path / "o.jsonl"
+    assert overheads.run_ncu(str(out), log=lambda _: None) == 2
+    rows = overheads.load(str(out))
+    assert [r["mode"] for r in rows] == ["ncu_flushed", "ncu_warm"]
+    assert all(r["call"] == "ncu" and "no ncu result table" in r["error"] for r in rows)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    assert overheads.run_ncu(str(tmp_path / "none.jsonl"), log=lambda _: None) == 0
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_profile_target_runs_the_profiled_calls_on_the_cpu():
+    pytest.importorskip("torch")
+    done = _module(["profile-target", "--dry-run"], TRITON_INTERPRET="1")
+    assert done.returncode == 0, done.stdout + done.stderr

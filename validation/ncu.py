@@ -104,10 +104,12 @@ def usable_metrics(query_text: str | None, wanted=tuple(METRICS)) -> tuple[list[
     return kept, [m for m in wanted if m not in kept]
 
 
-def command(ncu: str, metrics: list[str], target: list[str], base_units: bool = True) -> list[str]:
-    """The one ncu command line that profiles the whole matrix run by ``target``."""
+def command(ncu: str, metrics: list[str], target: list[str], base_units: bool = True,
+            kernel_filter: str = KERNEL_FILTER, cache_control: str = "all") -> list[str]:
+    """The one ncu command line that profiles the whole matrix run by ``target`` (or, with
+    another filter and cache control, the overheads probe's kernels)."""
     argv = [ncu, "--csv", "--metrics", ",".join(metrics), "--clock-control", "none",
-            "--cache-control", "all", "--target-processes", "all", "-k", KERNEL_FILTER]
+            "--cache-control", cache_control, "--target-processes", "all", "-k", kernel_filter]
     if base_units:
         argv[2:2] = ["--print-units", "base"]
     return argv + target

@@ -22,7 +22,14 @@ event, so that the host's launch latency is never what is timed):
 - ``dirty``: this module's loop, flushing as ``do_bench`` does (zero a 256 MB buffer);
 - ``clean``: the same, then a read of a second 256 MB buffer, which evicts the dirty lines
   (their write-back happens before the timed call) and leaves clean ones;
-- ``warm``: no flush at all.
+- ``warm``: no flush at all;
+
+and, with ``ncu``, Nsight Compute's durations of the kernels of an empty call and two
+decode calls, with the caches flushed before each kernel as in the matrix's profile
+(``ncu_flushed``) and without (``ncu_warm``): the empty kernel's is what a kernel's
+duration holds however little it does, and the decode kernels' say how much the flush
+adds to the small ones (the matrix's ncu durations of decode's reduce, 3-9 us, were taken
+flushed).
 
 ``dirty - clean`` is the write-back the flush costs a call; it should grow with the bytes
 the call reads and stop at what L2 held dirty. The calls: an empty kernel, two of them (the
@@ -34,6 +41,7 @@ split kernel, in the reduce, or between them (whole call - split - reduce).
 
     python -m validation.overheads run --out overheads.jsonl        # on the GPU, ~30 s
     python -m validation.overheads run --out /tmp/o.jsonl --dry-run  # CPU, interpreter
+    python -m validation.overheads ncu --out overheads.jsonl        # on the GPU, ~1 min
     python -m validation.overheads summary overheads.jsonl           # anywhere
 """
 
@@ -43,13 +51,25 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 SCHEMA = "tilesim.overheads/1"
-MODES = ("do_bench", "dirty", "clean", "warm")
+MODES = ("do_bench", "dirty", "clean", "warm", "ncu_flushed", "ncu_warm")
+# Nsight Compute's durations of a few calls' kernels, with the caches flushed before each
+# kernel as the matrix's profile has them ("all") and without ("none"): an empty kernel's
+# is the fixed cost inside a kernel's duration; decode's say what the flush adds to small
+# kernels. Each call runs once to warm up (its launches dropped), then NCU_REPS times.
+NCU_CALLS = {"empty": ("probe_empty",),
+             "decode_k1024_n128_sp2": ("decode_split", "decode_reduce"),
+             "decode_k16384_n32_sp4": ("decode_split", "decode_reduce")}
+NCU_REPS = 5
+NCU_FILTER = "regex:^(probe_empty|decode_)"
+NCU_MODES = {"all": "ncu_flushed", "none": "ncu_warm"}
+NCU_METRIC = "gpu__time_duration.sum"
 FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's flush buffer (Triton's get_empty_cache)
 REP_MS = 40.0  # as the matrix's records (warmup 10 ms, rep 40 ms)
 WARMUP_MS = 10.0
@@ -75,12 +95,12 @@ def _empty_kernel():
     import triton.language as tl
 
     @triton.jit
-    def empty(X):
+    def probe_empty(X):
         """Does nothing a compiler could see through: one lane may store one value."""
         if tl.program_id(0) < 0:
             tl.store(X, 0.0)
 
-    return empty
+    return probe_empty
 
 
 def _build_empty(launches: int):
@@ -283,6 +303,80 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
     return failed
 
 
+def profile_target(dry_run: bool = False, reps: int = NCU_REPS) -> None:
+    """What ``ncu`` runs: each of ``NCU_CALLS`` once, then ``reps`` times, in order, with no
+    flush and no timing between them."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not dry_run else "cpu")
+    by_name = {c.name: c for c in calls()}
+    for name in NCU_CALLS:
+        call = by_name[name].build(device, dry_run)
+        for _ in range(reps + 1):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def ncu_rows(launches: list, reps: int = NCU_REPS) -> list[dict]:
+    """Per call of ``NCU_CALLS``, the median duration of each of its kernels over ``reps``
+    (the warm-up's launches dropped) and their sum, from ncu's launches in launch order;
+    ``NcuParseError`` if the launches are not exactly the calls' kernels in that order."""
+    from validation.ncu import NcuParseError
+
+    expected = [(name, kernel, rep) for name, kernels in NCU_CALLS.items()
+                for rep in range(reps + 1) for kernel in kernels]
+    got = [launch.name for launch in launches]
+    if got != [kernel for _, kernel, _ in expected]:
+        raise NcuParseError(f"expected {len(expected)} launches of the probe's kernels in "
+                            f"order, got {len(got)}: {', '.join(got[:8])}"
+                            + (" ..." if len(got) > 8 else ""))
+    durations: dict[str, dict[str, list[float]]] = {n: {} for n in NCU_CALLS}
+    for (name, kernel, rep), launch in zip(expected, launches, strict=True):
+        value = launch.metrics.get(NCU_METRIC)
+        if rep > 0 and value is not None:
+            durations[name].setdefault(kernel, []).append(value)
+    rows = []
+    for name, kernels in durations.items():
+        medians = {k: statistics.median(v) for k, v in kernels.items()}
+        if len(medians) == len(NCU_CALLS[name]):
+            rows.append({"call": name, "kernels_s": medians,
+                         "median_s": sum(medians.values()), "n": reps})
+    return rows
+
+
+def run_ncu(out_path: str, log: Callable[[str], None] = print, timeout_s: float = 240.0) -> int:
+    """Profile ``NCU_CALLS`` under both cache controls (``NCU_MODES``) and append their
+    rows; returns how many of the two profiles failed (0 without ncu: nothing to do)."""
+    from validation import ncu
+    from validation.environment import collect
+
+    exe = ncu.find_ncu()
+    if exe is None:
+        log("ncu: not found; no kernel durations")
+        return 0
+    helptext = ncu.run_tool([exe, "--help"]) or ""
+    env, failed = collect(ncu.version(exe)), 0
+    target = [sys.executable, "-m", "validation.overheads", "profile-target"]
+    for cache, mode in NCU_MODES.items():
+        argv = ncu.command(exe, [NCU_METRIC], target, base_units="--print-units" in helptext,
+                           kernel_filter=NCU_FILTER, cache_control=cache)
+        base = {"schema": SCHEMA, "mode": mode, "dry_run": False, "environment": env}
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+            rows = [dict(base, detail={"cache_control": cache}, **r)
+                    for r in ncu_rows(ncu.parse_csv(done.stdout))]
+            log(f"{mode}: " + ", ".join(f"{r['call']} {r['median_s'] * 1e6:.2f} us"
+                                        for r in rows))
+        except (ncu.NcuParseError, subprocess.TimeoutExpired, OSError) as exc:
+            failed += 1
+            rows = [dict(base, call="ncu", detail={"cache_control": cache},
+                         error=f"{type(exc).__name__}: {exc}"[:300])]
+            log(f"{mode}: failed: {rows[0]['error']}")
+        _append(out_path, rows)
+    return failed
+
+
 def _append(path: str, rows: list[dict]) -> None:
     """Append whole lines, then flush to disk: a killed run keeps every finished call."""
     with open(path, "a", encoding="utf-8") as f:
@@ -313,7 +407,9 @@ def summary(rows: list[dict]) -> list[dict]:
     """Per call, the median time under each mode and the differences that answer the
     module's questions, in microseconds: ``writeback_us`` (dirty - clean), ``flush_us``
     (clean - warm: what a clean flush still costs, the call's own misses) and
-    ``do_bench_vs_dirty_us`` (should be about 0: this loop flushes as do_bench does).
+    ``do_bench_vs_dirty_us`` (should be about 0: this loop flushes as do_bench does),
+    ``do_bench_vs_ncu_us`` (do_bench less the kernels' flushed ncu durations: the records'
+    launch gap, for the calls ncu profiles).
     A call's ``launch_gap_us`` (``empty_x2 - empty``, warm) is reported once, on
     ``empty_x2``; a call timed also kernel by kernel (``X_split``, ``X_reduce``) gets
     ``between_us`` per mode: the whole call's time less its kernels' alone. Calls with an
@@ -334,6 +430,7 @@ def summary(rows: list[dict]) -> list[dict]:
         entry["writeback_us"] = diff(m, "dirty", "clean")
         entry["flush_us"] = diff(m, "clean", "warm")
         entry["do_bench_vs_dirty_us"] = diff(m, "do_bench", "dirty")
+        entry["do_bench_vs_ncu_us"] = diff(m, "do_bench", "ncu_flushed")
         out.append(entry)
     for name, entry in by_call.items():
         parts = [by_call.get(f"{name}_{part}", {}).get("median_us", {})
@@ -352,17 +449,18 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def _format(entries: list[dict]) -> str:
     def us(v):
-        return f"{'-':>8s}" if v is None else f"{v:8.1f}"
-    lines = [f"{'call':28s} " + " ".join(f"{m:>8s}" for m in MODES)
-             + f" {'wb':>8s} {'flush':>8s} {'db-dirty':>8s}   (us; wb = dirty - clean)"]
+        return f"{'-':>11s}" if v is None else f"{v:11.1f}"
+    extra = ("wb", "flush", "db-dirty", "db-ncu")
+    lines = [f"{'call':28s} " + " ".join(f"{m:>11s}" for m in MODES + extra),
+             "(us; wb = dirty - clean, flush = clean - warm, db-X = do_bench - X)"]
     for e in entries:
         if e.get("error"):
             lines.append(f"{e['call']:28s} failed: {e['error']}")
             continue
         m = e["median_us"]
-        lines.append(f"{e['call']:28s} " + " ".join(us(m.get(mode)) for mode in MODES)
-                     + f" {us(e['writeback_us'])} {us(e['flush_us'])}"
-                     + f" {us(e['do_bench_vs_dirty_us'])}")
+        values = [m.get(mode) for mode in MODES] + [
+            e["writeback_us"], e["flush_us"], e["do_bench_vs_dirty_us"], e["do_bench_vs_ncu_us"]]
+        lines.append(f"{e['call']:28s} " + " ".join(us(v) for v in values))
         if e.get("between_us"):
             lines.append(f"{'':28s} whole - split - reduce: " + ", ".join(
                 f"{mode} {v:.1f}" for mode, v in e["between_us"].items()) + " us")
@@ -381,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--dry-run", action="store_true",
                    help="tiny sizes on the CPU through Triton's interpreter")
     r.add_argument("--only", nargs="*", help="run only these calls")
+    n = sub.add_parser("ncu", help="Nsight Compute's durations of a few calls' kernels")
+    n.add_argument("--out", required=True, help="JSON Lines file to append to")
+    t = sub.add_parser("profile-target", help="what the ncu command profiles (no timing)")
+    t.add_argument("--dry-run", action="store_true")
     s = sub.add_parser("summary", help="the table of a probe file")
     s.add_argument("path")
     s.add_argument("--json", action="store_true")
@@ -391,6 +493,13 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.setdefault("TRITON_INTERPRET", "1")
             failed = run(args.out, args.dry_run, args.only)
             return 1 if failed else 0
+        if args.command == "ncu":
+            return 1 if run_ncu(args.out) else 0
+        if args.command == "profile-target":
+            if args.dry_run:
+                os.environ.setdefault("TRITON_INTERPRET", "1")
+            profile_target(args.dry_run)
+            return 0
         entries = summary(load(args.path))
         print(json.dumps(entries, indent=1) if args.json else _format(entries))
         return 0

@@ -24,8 +24,8 @@
 # "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
 # logs what it can and runs `validate --dry-run`; no GPU needed), EXTRA (what runs after the
 # matrix if EXTRA_MIN_S seconds remain: "overheads", the default, the probe of what a timed
-# call costs beyond its kernels, validation/overheads.py, about a minute; "bench", the
-# kernels' speed beside PyTorch, benchmarks/kernels_gpu.py; "none").
+# call costs beyond its kernels, validation/overheads.py, about two minutes with its ncu
+# part; "bench", the kernels' speed beside PyTorch, benchmarks/kernels_gpu.py; "none").
 #
 # Files written to $OUT (the tool returns at most 8): env.txt, validate.log, records.jsonl,
 # summary.json, ncu.csv, ncu.log, and two of the extra's: overheads.jsonl + overheads.log,
@@ -89,7 +89,13 @@ elif [ "$EXTRA" = overheads ]; then
     timeout "$(( LEFT - 10 ))" python3 -m validation.overheads run --out "$OUT/overheads.jsonl" \
         >"$OUT/overheads.log" 2>&1 \
         || echo "overheads probe stopped or failed (see overheads.log)"
-    python3 -m validation.overheads summary "$OUT/overheads.jsonl" 2>&1 | tail -n 14
+    LEFT=$(( BUDGET_S - $(elapsed) ))
+    if [ "$LEFT" -ge 40 ]; then  # ncu's durations of a few of the probe's kernels
+        timeout "$(( LEFT - 10 ))" python3 -m validation.overheads ncu \
+            --out "$OUT/overheads.jsonl" >>"$OUT/overheads.log" 2>&1 \
+            || echo "overheads ncu stopped or failed (see overheads.log)"
+    fi
+    python3 -m validation.overheads summary "$OUT/overheads.jsonl" 2>&1
 elif [ "$EXTRA" = bench ]; then
     timeout "$(( LEFT - 10 ))" python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_bench.jsonl" \
         >"$OUT/kernels_bench.log" 2>&1 \
