@@ -260,8 +260,10 @@ def test_per_kernel_rows_by_hand():
     gap = report["summary"]["launch_gap_s"]
     assert gap["median"] == pytest.approx(7e-6 / 3) and gap["n"] == 2
     assert gap["preset"] == {"h200-sxm": launch}
+    assert gap["per_group"] == {rows[rec["record_id"]]["group"]: pytest.approx(7e-6 / 3)}
     from validation.report import target_lines
     assert any(line.startswith("launch cost:") and "2.33 us per kernel over 2 records" in line
+               and "; per group: naive fwd 2.33 us" in line
                for line in target_lines(report))
     # The summary table per kernel shows them.
     from rich.console import Console

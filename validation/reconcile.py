@@ -185,6 +185,17 @@ def _launch_gap_s(rec: dict) -> float | None:
     return (rec["timing"]["median_s"] - sum(durations)) / len(durations)
 
 
+def _median_gap_per_group(rows: list[dict]) -> dict:
+    """The median launch gap of each group's records: where kernels take milliseconds,
+    timing noise swamps a gap of microseconds; decode's short calls show it (and what
+    ``do_bench``'s flush may add to them: ``validation/overheads.py``)."""
+    gaps = defaultdict(list)
+    for r in rows:
+        if r["launch_gap_s"] is not None:
+            gaps[r["group"]].append(r["launch_gap_s"])
+    return {g: statistics.median(v) for g, v in sorted(gaps.items())}
+
+
 def nothing_compared(report: dict) -> str:
     """Why a reconciliation compared no record with the model, in one line."""
     n, why = report["n_records"], ""
@@ -300,6 +311,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "per_kernel_tiling": by_kernel_and_tiling(rows),
             "launch_gap_s": {
                 "median": statistics.median(gaps) if gaps else None, "n": len(gaps),
+                "per_group": _median_gap_per_group(rows),
                 "preset": {n: hw_cache[n].kernel_launch_overhead_s for n in sorted(hw_cache)}},
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
             "spearman_min": min(rhos) if rhos else None,

@@ -142,9 +142,11 @@ def target_lines(report: dict) -> list[str]:
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())
+        groups = ", ".join(f"{g} {fmt_time(v)}" for g, v in (gap.get("per_group") or {}).items())
         lines.append(f"launch cost: measured time minus ncu kernel durations, median "
                      f"{fmt_time(gap['median'])} per kernel over {gap['n']} records "
-                     f"(preset kernel_launch_overhead_s: {assumed})")
+                     f"(preset kernel_launch_overhead_s: {assumed})"
+                     + (f"; per group: {groups}" if groups else ""))
     for item in report["unpredicted"]:
         lines.append(f"note: {item['record_id']} not predicted: {item['reason']}")
     if report["duplicates_dropped"]:
