@@ -95,7 +95,7 @@ def test_dry_run_times_every_mode_but_do_bench(tmp_path):
     decode's two kernels through the interpreter) at tiny sizes, one line per call and mode."""
     pytest.importorskip("torch")
     out = tmp_path / "o.jsonl"
-    names = ["empty", "empty_x2", "read_16mb", "decode_k1024_n128_sp2",
+    names = ["empty", "empty_x2", "chase_4mb", "read_16mb", "decode_k1024_n128_sp2",
              "decode_k1024_n128_sp2_split", "decode_k1024_n128_sp2_reduce"]
     done = _module(["run", "--out", str(out), "--dry-run", "--only", *names],
                    TRITON_INTERPRET="1")
@@ -111,6 +111,9 @@ def test_dry_run_times_every_mode_but_do_bench(tmp_path):
     assert summary["empty_x2"]["launch_gap_us"] is not None
     assert isinstance(summary["decode_k1024_n128_sp2"]["writeback_us"], float)
     assert set(summary["decode_k1024_n128_sp2"]["between_us"]) == {"dirty", "clean", "warm"}
+    chase = summary["chase_4mb"]
+    assert chase["per_step_ns"]["warm"] == pytest.approx(
+        chase["median_us"]["warm"] * 1e3 / overheads.DRY_CHASE_STEPS)
 
 
 def test_probe_calls_match_the_records_they_explain():
@@ -239,3 +242,18 @@ def test_profile_target_runs_the_profiled_calls_on_the_cpu():
     pytest.importorskip("torch")
     done = _module(["profile-target", "--dry-run"], TRITON_INTERPRET="1")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_chase_table_is_one_cycle_through_every_node():
+    torch = pytest.importorskip("torch")
+    nodes = 97
+    table = overheads.chase_table(nodes, torch.device("cpu"))
+    assert table.numel() == nodes * overheads.CHASE_STRIDE
+    at, seen = 0, []
+    for _ in range(nodes):
+        at = int(table[at])
+        assert at % overheads.CHASE_STRIDE == 0
+        seen.append(at // overheads.CHASE_STRIDE)
+    assert at == 0 and sorted(seen) == list(range(nodes))  # back at the start, all visited
+    off_nodes = table.view(nodes, overheads.CHASE_STRIDE)[:, 1:]
+    assert int(off_nodes.abs().sum()) == 0

@@ -32,12 +32,18 @@ adds to the small ones (the matrix's ncu durations of decode's reduce, 3-9 us, w
 flushed).
 
 ``dirty - clean`` is the write-back the flush costs a call; it should grow with the bytes
-the call reads and stop at what L2 held dirty. The calls: an empty kernel, two of them (the
-launch gap), streaming reads of 16 MB to 1 GB (``torch.sum``), three decode configs of the
-default matrix (two of them also kernel by kernel: the split kernel alone, and the reduce
-alone on the partials the split left), and one FA2 forward that is compute-bound (the
-control: ``dirty - clean`` near 0). The parts say where decode's fixed cost sits: in the
-split kernel, in the reduce, or between them (whole call - split - reduce).
+the call reads and stop at what L2 held dirty. The calls:
+
+- an empty kernel, and two of them (the launch gap);
+- pointer chases through 4 MB, 512 MB and 2 GB: L2's and HBM's load latency on the H200
+  itself, where the presets take Luo et al.'s H800 cycles (with the dirty mode, HBM's
+  latency when every miss also writes a line back);
+- streaming reads of 16 MB to 1 GB (``torch.sum``);
+- three decode configs of the default matrix, two of them also kernel by kernel (the
+  split kernel alone, and the reduce alone on the partials the split left): where
+  decode's fixed cost sits, in the split kernel, in the reduce, or between them (whole
+  call - split - reduce);
+- one FA2 forward that is compute-bound (the control: ``dirty - clean`` near 0).
 
     python -m validation.overheads run --out overheads.jsonl        # on the GPU, ~30 s
     python -m validation.overheads run --out /tmp/o.jsonl --dry-run  # CPU, interpreter
@@ -117,6 +123,55 @@ def _build_empty(launches: int):
     return build
 
 
+def _chase_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe_chase(NEXT, AT, steps):
+        """A pointer chase: each load's address is the value the one before returned. It
+        starts where the last call stopped (``AT``), so that calls walk on to lines they
+        have not touched until the cycle comes round."""
+        i = tl.load(AT)
+        for _ in range(steps):
+            i = tl.load(NEXT + i)
+        tl.store(AT, i)
+
+    return probe_chase
+
+
+CHASE_STRIDE = 64  # int64 entries from one node to the next: 512 B, four 128-B lines apart
+CHASE_STEPS = 4000
+DRY_CHASE_STEPS = 50  # in a CPU rehearsal, through the interpreter
+
+
+def chase_table(nodes: int, device):
+    """The chase's memory: ``nodes`` entries ``CHASE_STRIDE`` apart, each holding the index
+    of the next, in one random cycle through all of them (so no walk shorter than
+    ``nodes`` steps touches a node twice); int64, zeros between the entries."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    order = torch.randperm(nodes, device=device, generator=gen)
+    following = torch.zeros(nodes * CHASE_STRIDE, dtype=torch.int64, device=device)
+    following[order * CHASE_STRIDE] = torch.roll(order, -1) * CHASE_STRIDE
+    return following
+
+
+def _build_chase(footprint_bytes: int):
+    """One warp following a random cycle through ``footprint_bytes``: each step is one
+    load latency (L2's if the footprint fits and the mode leaves it there, else HBM's)."""
+    def build(device, dry_run):
+        import torch
+
+        nodes = max(2, (4096 if dry_run else footprint_bytes) // (CHASE_STRIDE * 8))
+        following = chase_table(nodes, device)
+        at = torch.zeros(1, dtype=torch.int64, device=device)
+        kernel, steps = _chase_kernel(), DRY_CHASE_STEPS if dry_run else CHASE_STEPS
+        return lambda: kernel[(1,)](following, at, steps, num_warps=1)
+    return build
+
+
 def _build_read(nbytes: int):
     def build(device, dry_run):
         import torch
@@ -166,6 +221,10 @@ def calls() -> list[Call]:
     """The probe's calls, in the order they run."""
     out = [Call("empty", {"launches": 1}, _build_empty(1)),
            Call("empty_x2", {"launches": 2}, _build_empty(2))]
+    for mb in (4, 512, 2048):
+        out.append(Call(f"chase_{mb}mb", {"footprint_bytes": mb * 1024 * 1024,
+                                          "steps": CHASE_STEPS},
+                        _build_chase(mb * 1024 * 1024)))
     for mb in (16, 64, 256, 1024):
         out.append(Call(f"read_{mb}mb", {"read_bytes": mb * 1024 * 1024},
                         _build_read(mb * 1024 * 1024)))
@@ -287,7 +346,10 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
     for c in calls():
         if only and c.name not in only:
             continue
-        detail = dict(c.detail, note="dry run: tiny sizes, not these") if dry_run else c.detail
+        detail = c.detail
+        if dry_run:
+            detail = dict(detail, note="dry run: tiny sizes, not these",
+                          **({"steps": DRY_CHASE_STEPS} if "steps" in detail else {}))
         base = {"schema": SCHEMA, "call": c.name, "detail": detail, "dry_run": dry_run,
                 "environment": env}
         try:
@@ -411,10 +473,13 @@ def summary(rows: list[dict]) -> list[dict]:
     ``do_bench_vs_ncu_us`` (do_bench less the kernels' flushed ncu durations: the records'
     launch gap, for the calls ncu profiles).
     A call's ``launch_gap_us`` (``empty_x2 - empty``, warm) is reported once, on
-    ``empty_x2``; a call timed also kernel by kernel (``X_split``, ``X_reduce``) gets
+    ``empty_x2``; a pointer chase gets ``per_step_ns`` per mode (its time over its
+    steps: one load latency each, the launch included but spread over 4000 steps); a call
+    timed also kernel by kernel (``X_split``, ``X_reduce``) gets
     ``between_us`` per mode: the whole call's time less its kernels' alone. Calls with an
     error carry it instead."""
     by_call: dict[str, dict] = {}
+    steps = {row["call"]: (row.get("detail") or {}).get("steps") for row in rows}
     for row in rows:
         entry = by_call.setdefault(row["call"], {"call": row["call"], "median_us": {}})
         if row.get("error"):
@@ -431,6 +496,9 @@ def summary(rows: list[dict]) -> list[dict]:
         entry["flush_us"] = diff(m, "clean", "warm")
         entry["do_bench_vs_dirty_us"] = diff(m, "do_bench", "dirty")
         entry["do_bench_vs_ncu_us"] = diff(m, "do_bench", "ncu_flushed")
+        if steps.get(entry["call"]):
+            entry["per_step_ns"] = {mode: v * 1e3 / steps[entry["call"]]
+                                    for mode, v in m.items()}
         out.append(entry)
     for name, entry in by_call.items():
         parts = [by_call.get(f"{name}_{part}", {}).get("median_us", {})
@@ -464,6 +532,9 @@ def _format(entries: list[dict]) -> str:
         if e.get("between_us"):
             lines.append(f"{'':28s} whole - split - reduce: " + ", ".join(
                 f"{mode} {v:.1f}" for mode, v in e["between_us"].items()) + " us")
+        if e.get("per_step_ns"):
+            lines.append(f"{'':28s} per load (a chase's step): " + ", ".join(
+                f"{mode} {v:.0f} ns" for mode, v in e["per_step_ns"].items()))
         if "launch_gap_us" in e:
             lines.append(f"{'':28s} launch gap (empty_x2 - empty, warm): "
                          f"{e['launch_gap_us']:.2f} us")
