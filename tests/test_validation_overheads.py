@@ -124,8 +124,8 @@ def test_probe_calls_match_the_records_they_explain():
     measured = {(json.dumps(r["problem"], sort_keys=True), json.dumps(r["tiling"], sort_keys=True))
                 for r in records if r["implementation"] == "triton"}
     kernel_calls = [c for c in overheads.calls() if "schedule" in c.detail]
-    assert len([c for c in kernel_calls if "kernel" not in c.detail]) == 4
-    assert len(kernel_calls) == 8  # and two decode configs' kernels one by one
+    assert len([c for c in kernel_calls if "kernel" not in c.detail]) == 5
+    assert len(kernel_calls) == 11  # and three decode configs' kernels one by one
     for c in kernel_calls:
         problem = {("pass" if k == "pass_" else k): v for k, v in c.detail["problem"].items()}
         key = (json.dumps(problem, sort_keys=True), json.dumps(c.detail["tiling"],

@@ -39,10 +39,11 @@ the call reads and stop at what L2 held dirty. The calls:
   itself, where the presets take Luo et al.'s H800 cycles (with the dirty mode, HBM's
   latency when every miss also writes a line back);
 - streaming reads of 16 MB to 1 GB (``torch.sum``);
-- three decode configs of the default matrix, two of them also kernel by kernel (the
+- four decode configs of the default matrix, three of them also kernel by kernel (the
   split kernel alone, and the reduce alone on the partials the split left): where
   decode's fixed cost sits, in the split kernel, in the reduce, or between them (whole
-  call - split - reduce);
+  call - split - reduce); the reduce at split 32 against split 4 and 2 checks that it
+  waits for 8 round trips, not 32 (``ptxas`` unrolls its loop four times);
 - one FA2 forward that is compute-bound (the control: ``dirty - clean`` near 0).
 
     python -m validation.overheads run --out overheads.jsonl        # on the GPU, ~30 s
@@ -228,19 +229,20 @@ def calls() -> list[Call]:
     for mb in (16, 64, 256, 1024):
         out.append(Call(f"read_{mb}mb", {"read_bytes": mb * 1024 * 1024},
                         _build_read(mb * 1024 * 1024)))
-    for n_kv, bn, split in ((1024, 128, 2), (16384, 128, 2), (16384, 32, 4)):
-        problem = dict(_DECODE, seq_kv=n_kv)
+    for n_kv, d, bn, split in ((1024, 64, 128, 2), (16384, 64, 128, 2), (16384, 64, 32, 4),
+                               (4096, 128, 32, 32)):
+        problem = dict(_DECODE, seq_kv=n_kv, head_dim=d)
         tiling = {"block_m": 16, "block_n": bn, "num_stages": 2, "num_warps": 4,
                   "split_kv": split}
-        name, detail = f"decode_k{n_kv}_n{bn}_sp{split}", {"schedule": "decode",
-                                                              "problem": problem,
-                                                              "tiling": tiling}
-        out.append(Call(name, detail, _build_kernel("decode", problem, tiling, _DECODE_SMALL)))
+        name = f"decode_k{n_kv}_n{bn}_sp{split}" + ("" if d == 64 else f"_d{d}")
+        detail = {"schedule": "decode", "problem": problem, "tiling": tiling}
+        small = dict(_DECODE_SMALL, seq_kv=max(_DECODE_SMALL["seq_kv"], bn * split))
+        out.append(Call(name, detail, _build_kernel("decode", problem, tiling, small)))
         if n_kv == 16384 and bn == 128:
-            continue  # its parts: the other two configs bracket it
+            continue  # its parts: the other configs bracket it
         for part in ("split", "reduce"):
             out.append(Call(f"{name}_{part}", dict(detail, kernel=f"decode_{part}"),
-                            _build_decode_part(problem, tiling, _DECODE_SMALL, part)))
+                            _build_decode_part(problem, tiling, small, part)))
     fa2 = {"batch": 16, "heads": 16, "kv_heads": 16, "seq_q": 1024, "seq_kv": 1024,
            "head_dim": 128, "dtype": "bf16", "causal": True, "pass_": "fwd"}
     tiling = {"block_m": 64, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_kv": 1}
