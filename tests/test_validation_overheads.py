@@ -232,7 +232,8 @@ def test_run_ncu_reports_a_profile_it_cannot_read(tmp_path, monkeypatch):
     assert overheads.run_ncu(str(out), log=lambda _: None) == 2
     rows = overheads.load(str(out))
     assert [r["mode"] for r in rows] == ["ncu_flushed", "ncu_warm"]
-    assert all(r["call"] == "ncu" and "no ncu result table" in r["error"] for r in rows)
+    assert all(r["call"] == "ncu" and "no ncu result table" in r["error"]
+               and "ncu said: Failed to initialize the profiler" in r["error"] for r in rows)
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
     assert overheads.run_ncu(str(tmp_path / "none.jsonl"), log=lambda _: None) == 0
     assert not (tmp_path / "none.jsonl").exists()

@@ -409,9 +409,10 @@ def ncu_rows(launches: list, reps: int = NCU_REPS) -> list[dict]:
     return rows
 
 
-def run_ncu(out_path: str, log: Callable[[str], None] = print, timeout_s: float = 240.0) -> int:
-    """Profile ``NCU_CALLS`` under both cache controls (``NCU_MODES``) and append their
-    rows; returns how many of the two profiles failed (0 without ncu: nothing to do)."""
+def run_ncu(out_path: str, log: Callable[[str], None] = print, budget_s: float = 240.0) -> int:
+    """Profile ``NCU_CALLS`` under both cache controls (``NCU_MODES``), both within
+    ``budget_s``, and append their rows; returns how many of the two profiles failed (0
+    without ncu: nothing to do)."""
     from validation import ncu
     from validation.environment import collect
 
@@ -419,17 +420,28 @@ def run_ncu(out_path: str, log: Callable[[str], None] = print, timeout_s: float 
     if exe is None:
         log("ncu: not found; no kernel durations")
         return 0
+    deadline = time.monotonic() + budget_s
     helptext = ncu.run_tool([exe, "--help"]) or ""
     env, failed = collect(ncu.version(exe)), 0
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (repo, os.environ.get("PYTHONPATH", "")) if p))
     target = [sys.executable, "-m", "validation.overheads", "profile-target"]
     for cache, mode in NCU_MODES.items():
         argv = ncu.command(exe, [NCU_METRIC], target, base_units="--print-units" in helptext,
                            kernel_filter=NCU_FILTER, cache_control=cache)
         base = {"schema": SCHEMA, "mode": mode, "dry_run": False, "environment": env}
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(argv, capture_output=True, text=True, cwd=repo, env=child_env,
+                                  timeout=max(deadline - time.monotonic(), 5.0))
+            try:
+                launches = ncu.parse_csv(done.stdout)
+            except ncu.NcuParseError as exc:
+                said = ncu.first_error(done.stdout + "\n" + done.stderr)
+                why = str(exc) + (f"; ncu said: {said}" if said else "")
+                raise ncu.NcuParseError(why) from None
             rows = [dict(base, detail={"cache_control": cache}, **r)
-                    for r in ncu_rows(ncu.parse_csv(done.stdout))]
+                    for r in ncu_rows(launches)]
             log(f"{mode}: " + ", ".join(f"{r['call']} {r['median_s'] * 1e6:.2f} us"
                                         for r in rows))
         except (ncu.NcuParseError, subprocess.TimeoutExpired, OSError) as exc:
@@ -554,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", nargs="*", help="run only these calls")
     n = sub.add_parser("ncu", help="Nsight Compute's durations of a few calls' kernels")
     n.add_argument("--out", required=True, help="JSON Lines file to append to")
+    n.add_argument("--budget-s", type=float, default=240.0,
+                   help="seconds for both profiles together (default 240)")
     t = sub.add_parser("profile-target", help="what the ncu command profiles (no timing)")
     t.add_argument("--dry-run", action="store_true")
     s = sub.add_parser("summary", help="the table of a probe file")
@@ -567,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             failed = run(args.out, args.dry_run, args.only)
             return 1 if failed else 0
         if args.command == "ncu":
-            return 1 if run_ncu(args.out) else 0
+            return 1 if run_ncu(args.out, budget_s=args.budget_s) else 0
         if args.command == "profile-target":
             if args.dry_run:
                 os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -91,8 +91,9 @@ elif [ "$EXTRA" = overheads ]; then
         || echo "overheads probe stopped or failed (see overheads.log)"
     LEFT=$(( BUDGET_S - $(elapsed) ))
     if [ "$LEFT" -ge 40 ]; then  # ncu's durations of a few of the probe's kernels
-        timeout "$(( LEFT - 10 ))" python3 -m validation.overheads ncu \
-            --out "$OUT/overheads.jsonl" >>"$OUT/overheads.log" 2>&1 \
+        timeout "$(( LEFT - 5 ))" python3 -m validation.overheads ncu \
+            --budget-s "$(( LEFT - 15 ))" --out "$OUT/overheads.jsonl" \
+            >>"$OUT/overheads.log" 2>&1 \
             || echo "overheads ncu stopped or failed (see overheads.log)"
     fi
     python3 -m validation.overheads summary "$OUT/overheads.jsonl" 2>&1
