@@ -64,6 +64,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from validation.records import append_json_lines
+
 SCHEMA = "tilesim.overheads/1"
 MODES = ("do_bench", "dirty", "clean", "warm", "ncu_flushed", "ncu_warm")
 # Nsight Compute's durations of a few calls' kernels, with the caches flushed before each
@@ -183,15 +185,22 @@ def _build_read(nbytes: int):
     return build
 
 
+def _problem_inputs(problem: dict, small: dict, device, dry_run: bool):
+    """The problem (``small``'s sizes in a dry run) and its inputs on ``device``."""
+    from traces.problem import AttentionProblem
+    from validation.workloads import make_inputs
+
+    p = AttentionProblem(**dict(problem, **(small if dry_run else {})))
+    return p, make_inputs(p, device)
+
+
 def _build_kernel(schedule: str, problem: dict, tiling: dict, small: dict):
     def build(device, dry_run):
-        from traces.problem import AttentionProblem
         from traces.tiling import Tiling
-        from validation.workloads import kernel_call, make_inputs
+        from validation.workloads import kernel_call
 
-        p = AttentionProblem(**dict(problem, **(small if dry_run else {})))  # dry: tiny
-        call = kernel_call(schedule, p, Tiling(**tiling), make_inputs(p, device))
-        return call
+        p, inputs = _problem_inputs(problem, small, device, dry_run)
+        return kernel_call(schedule, p, Tiling(**tiling), inputs)
     return build
 
 
@@ -200,12 +209,9 @@ def _build_decode_part(problem: dict, tiling: dict, small: dict, part: str):
     runs once first, so that the reduce reads real partials."""
     def build(device, dry_run):
         from kernels.decode import launches
-        from traces.problem import AttentionProblem
         from traces.tiling import Tiling
-        from validation.workloads import make_inputs
 
-        p = AttentionProblem(**dict(problem, **(small if dry_run else {})))  # dry: tiny
-        inputs = make_inputs(p, device)
+        p, inputs = _problem_inputs(problem, small, device, dry_run)
         split, reduce, _ = launches(inputs.q, inputs.k, inputs.v, p.causal, Tiling(**tiling),
                                     inputs.sm_scale)
         split()
@@ -323,12 +329,9 @@ def measure(call: Callable, device, dry_run: bool) -> dict[str, dict]:
     flushes = {"dirty": cache.zero_, "clean": clean, "warm": lambda: None}
     out = {mode: _quantiles(timer.run(call, before, reps)) for mode, before in flushes.items()}
     if not dry_run:
-        from triton.testing import do_bench
+        from validation.runner import bench
 
-        median, p20, p80 = do_bench(call, warmup=WARMUP_MS, rep=REP_MS,
-                                    quantiles=[0.5, 0.2, 0.8])
-        out["do_bench"] = {"median_s": median / 1e3, "p20_s": p20 / 1e3, "p80_s": p80 / 1e3,
-                           "n": None}
+        out["do_bench"] = dict(bench(call, WARMUP_MS, REP_MS), n=None)
     return out
 
 
@@ -363,7 +366,7 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
             failed += 1
             rows = [dict(base, mode=None, error=f"{type(exc).__name__}: {exc}"[:300])]
             log(f"{c.name}: failed: {rows[0]['error']}")
-        _append(out_path, rows)
+        append_json_lines(out_path, rows)
     return failed
 
 
@@ -449,17 +452,8 @@ def run_ncu(out_path: str, log: Callable[[str], None] = print, budget_s: float =
             rows = [dict(base, call="ncu", detail={"cache_control": cache},
                          error=f"{type(exc).__name__}: {exc}"[:300])]
             log(f"{mode}: failed: {rows[0]['error']}")
-        _append(out_path, rows)
+        append_json_lines(out_path, rows)
     return failed
-
-
-def _append(path: str, rows: list[dict]) -> None:
-    """Append whole lines, then flush to disk: a killed run keeps every finished call."""
-    with open(path, "a", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def load(path: str) -> list[dict]:
@@ -500,10 +494,10 @@ def summary(rows: list[dict]) -> list[dict]:
             entry["error"] = row["error"]
         elif row.get("mode") in MODES:
             entry["median_us"][row["mode"]] = row["median_s"] * 1e6
+
     def diff(medians: dict, a: str, b: str) -> float | None:
         return medians[a] - medians[b] if a in medians and b in medians else None
 
-    out = []
     for entry in by_call.values():
         m = entry["median_us"]
         entry["writeback_us"] = diff(m, "dirty", "clean")
@@ -513,7 +507,6 @@ def summary(rows: list[dict]) -> list[dict]:
         if steps.get(entry["call"]):
             entry["per_step_ns"] = {mode: v * 1e3 / steps[entry["call"]]
                                     for mode, v in m.items()}
-        out.append(entry)
     for name, entry in by_call.items():
         parts = [by_call.get(f"{name}_{part}", {}).get("median_us", {})
                  for part in ("split", "reduce")]
@@ -526,7 +519,7 @@ def summary(rows: list[dict]) -> list[dict]:
     two = by_call.get("empty_x2", {}).get("median_us", {})
     if "warm" in one and "warm" in two:
         by_call["empty_x2"]["launch_gap_us"] = two["warm"] - one["warm"]
-    return out
+    return list(by_call.values())
 
 
 def _format(entries: list[dict]) -> str:
@@ -574,17 +567,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("path")
     s.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if getattr(args, "dry_run", False):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         if args.command == "run":
-            if args.dry_run:
-                os.environ.setdefault("TRITON_INTERPRET", "1")
             failed = run(args.out, args.dry_run, args.only)
             return 1 if failed else 0
         if args.command == "ncu":
             return 1 if run_ncu(args.out, budget_s=args.budget_s) else 0
         if args.command == "profile-target":
-            if args.dry_run:
-                os.environ.setdefault("TRITON_INTERPRET", "1")
             profile_target(args.dry_run)
             return 0
         entries = summary(load(args.path))

@@ -246,16 +246,22 @@ def _dumps(rec: dict) -> str:
     return json.dumps(rec, sort_keys=False, separators=(",", ":"), allow_nan=False)
 
 
-def append_record(path: str | Path, rec: dict) -> None:
-    """Append one validated record as one line: a single write, flushed and fsynced."""
-    validate_record(rec)
-    line = (_dumps(rec) + "\n").encode("utf-8")
+def append_json_lines(path: str | Path, objects: list[dict]) -> None:
+    """Append JSON objects, one a line, in a single write, flushed and fsynced: a run
+    killed afterwards keeps them whole (the records, the overheads probe's rows)."""
+    text = "".join(_dumps(obj) + "\n" for obj in objects).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        os.write(fd, text)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_record(path: str | Path, rec: dict) -> None:
+    """Append one validated record as one line: a single write, flushed and fsynced."""
+    validate_record(rec)
+    append_json_lines(path, [rec])
 
 
 def write_records(path: str | Path, records: list[dict]) -> None:
