@@ -21,8 +21,9 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
-# Overheads may be none; an SM's units may not overlap at all (unit_overlap 0).
-ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overlap")
+# Overheads may be none; an SM's units may not overlap at all (unit_overlap, smem_overlap 0).
+ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overlap",
+                "smem_overlap")
 
 
 L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
@@ -80,6 +81,7 @@ class Hardware:
     fp32_flops_per_s: float
     exp_ops_per_s: float
     unit_overlap: float  # share of an SM's non-busiest unit time that overlaps the busiest
+    smem_overlap: float  # share of the shorter of shared-memory and math time that overlaps
     # Kernels
     kernel_launch_overhead_s: float
     iteration_overhead_s: float  # fixed latency of each loop iteration of a CTA
@@ -118,7 +120,7 @@ class Hardware:
             elif f.type == "int" and not isinstance(value, int):
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
         for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency",
-                     "tensor_sync_efficiency", "unit_overlap"):
+                     "tensor_sync_efficiency", "unit_overlap", "smem_overlap"):
             if getattr(self, name) > 1:
                 low = "[0" if name in ZERO_ALLOWED else "(0"
                 raise HardwareError(f'hardware "{self.name}": "{name}" must be in {low}, 1].')

@@ -1,7 +1,8 @@
 """The compute model: the units' busy time, the CTA's own critical path, iteration overhead.
 
-``simulator.sim.compute`` says a step keeps the SM's units busy for ``max(units) + (1 -
-unit_overlap) x (sum(units) - max(units))`` seconds and lasts, for its CTA alone,
+``simulator.sim.compute`` says a step keeps the SM's math pipes busy for ``max(units) + (1 -
+unit_overlap) x (sum(units) - max(units))`` seconds (``math``), its units with shared memory
+for ``max(math, smem) + (1 - smem_overlap) x min(math, smem)``, and lasts, for its CTA alone,
 ``max(busy, sum(units) / c)`` with ``c`` warps per processing block. The engine tests take
 one CTA alone on the GPU, whose loop is compute-bound, so that every other term cancels
 between two runs that differ only in warps or overhead: the difference in time is the
@@ -38,6 +39,22 @@ def test_busy_time_is_the_busiest_unit_plus_the_share_of_the_others_that_does_no
     assert busy_seconds(UNITS, dataclasses.replace(HW, unit_overlap=0.0)).tolist() == [6.0, 6.0]
     assert busy_seconds(UNITS, dataclasses.replace(HW, unit_overlap=0.25)).tolist() == [
         3.0 + 0.75 * 3.0, 4.0 + 0.75 * 2.0]
+
+
+def test_shared_memory_overlaps_the_math_pipes_by_its_own_share():
+    # the math pipes as above (5.43 and 5.62 at the preset's unit overlap), then shared
+    # memory: 2 s beside the first step's math (shorter), 9 s beside the second's (longer)
+    with_smem = np.vstack([UNITS, [[2.0, 9.0]]])
+    assert HW.smem_overlap == 0.38
+    assert busy_seconds(with_smem, HW).tolist() == pytest.approx([5.43 + 0.62 * 2.0,
+                                                                  9.0 + 0.62 * 5.62])
+    taking_turns = dataclasses.replace(HW, smem_overlap=0.0)
+    assert busy_seconds(with_smem, taking_turns).tolist() == pytest.approx([7.43, 14.62])
+    assert busy_seconds(with_smem, dataclasses.replace(HW, smem_overlap=1.0)).tolist() == (
+        pytest.approx([5.43, 9.0]))
+    # no shared-memory time (wgmma kernels): the math pipes alone
+    assert busy_seconds(np.vstack([UNITS, [[0.0, 0.0]]]), HW).tolist() == pytest.approx(
+        busy_seconds(UNITS, HW).tolist())
 
 
 def test_two_warps_per_block_overlap_up_to_the_busy_time():

@@ -1,4 +1,5 @@
-"""Reading run_stalls.sh folders: ncu's raw page per launch, and the unit-overlap bound.
+"""Reading run_stalls.sh folders: ncu's raw page per launch, the unit-overlap bound and the
+shared-memory overlap bound.
 
 The fixture is built from the format ncu writes with ``--csv --page raw --print-units
 base`` (seen on the H200, validation/records/raw/h200-stalls-2026-11-30): its own ``==PROF==``
@@ -12,19 +13,32 @@ import io
 import json
 
 import pytest
+from synthetic_records import counters, record
 
+from traces.problem import AttentionProblem
+from traces.tiling import Tiling
 from validation import stalls
 from validation.ncu import NcuParseError
+from validation.records import KERNEL_COUNTER_KEYS
 
 COLUMNS = ["ID", "Kernel Name", stalls.DURATION, stalls.TENSOR, stalls.EXP, stalls.FMA,
            stalls.ISSUE, stalls.WARPS,
            stalls.STALL_PREFIX + "wait" + stalls.STALL_SUFFIX,
-           stalls.STALL_PREFIX + "barrier" + stalls.STALL_SUFFIX]
-UNITS = ["", "", "ns", "%", "%", "%", "%", "warp", "inst", "inst"]
-# (kernel, duration ns, tensor, exp, fma): sums 117, 70 and 110 percent
-LAUNCHES = [("fa2_fwd", "642,016", 46.3, 49.2, 21.5),
-            ("fa2_bwd_dkdv", "2,758,200", 40.0, 20.0, 10.0),
-            ("fa2_bwd_dq", "717,300", 60.0, 40.0, 10.0)]
+           stalls.STALL_PREFIX + "barrier" + stalls.STALL_SUFFIX, stalls.LSU]
+UNITS = ["", "", "ns", "%", "%", "%", "%", "warp", "inst", "inst", "%"]
+# (kernel, duration ns, tensor, exp, fma, lsu): pipes summing 117, 70 and 110 percent
+LAUNCHES = [("fa2_fwd", "642,016", 46.3, 49.2, 21.5, 30.0),
+            ("fa2_bwd_dkdv", "2,758,200", 40.0, 20.0, 10.0, 85.0),
+            ("fa2_bwd_dq", "717,300", 60.0, 40.0, 10.0, 20.0)]
+# The configs' tilings: the forward's 128 x 64 on 8 warps and the backward's dQ (64 rows)
+# compile to wgmma on the H200; the backward's dK/dV (32 K/V rows) to mma.sync.
+PLAN = {"hardware": "h200-sxm", "configs": [
+    {"id": "fa2-fwd-x", "schedule": "fa2",
+     "problem": {"batch": 1, "heads": 2, "seq_q": 256, "head_dim": 64},
+     "tiling": {"block_m": 128, "block_n": 64, "num_warps": 8}},
+    {"id": "fa2-bwd-x", "schedule": "fa2",
+     "problem": {"batch": 1, "heads": 2, "seq_q": 256, "head_dim": 64, "pass": "bwd"},
+     "tiling": {"block_m": 64, "block_n": 32, "num_warps": 4}}]}
 
 
 def _write(folder, launches=LAUNCHES, manifest=None):
@@ -33,9 +47,9 @@ def _write(folder, launches=LAUNCHES, manifest=None):
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
     writer.writerow(COLUMNS)
     writer.writerow(UNITS)
-    for i, (name, ns, t, x, f) in enumerate(launches):
+    for i, (name, ns, t, x, f, lsu) in enumerate(launches):
         writer.writerow([str(i), name, ns, f"{t:.2f}", f"{x:.2f}", f"{f:.2f}", "49.85",
-                         "15.59", "1.45", "1.23"])
+                         "15.59", "1.45", "1.23", f"{lsu:.2f}"])
     out.write("==PROF== Disconnected from process 1020\n")
     (folder / "stalls.csv").write_text(out.getvalue())
     manifest = manifest or [
@@ -44,6 +58,7 @@ def _write(folder, launches=LAUNCHES, manifest=None):
          "ok": True}]
     (folder / "stalls_manifest.jsonl").write_text(
         "".join(json.dumps(m) + "\n" for m in manifest))
+    (folder / "plan.json").write_text(json.dumps(PLAN))
     return folder
 
 
@@ -57,6 +72,7 @@ def test_launches_are_read_in_base_units_and_labelled_by_the_manifest(tmp_path):
     assert first.pipes_sum_pct == pytest.approx(117.0)
     assert (first.issue_pct, first.warps) == (49.85, 15.59)
     assert first.stalls == {"wait": 1.45, "barrier": 1.23}
+    assert first.lsu_pct == 30.0
 
 
 def test_overlap_bound_is_the_share_beyond_100_percent_of_the_non_busiest_pipes(tmp_path):
@@ -70,6 +86,51 @@ def test_overlap_bound_is_the_share_beyond_100_percent_of_the_non_busiest_pipes(
     assert (summary["min"], summary["max"]) == (pytest.approx(0.2), pytest.approx(17.0 / 67.8))
 
 
+# Shared-memory bytes the matrix run counted for the backward's kernels: dK/dV's is 85% of
+# the H200's 128 B/clk x 1.98 GHz x 132 SMs over its 2,758.2 us; dQ's 20% over 717.3 us.
+H200_SMEM_PEAK = 128 * 1.98e9 * 132
+SMEM_BYTES = {"fa2_bwd_dkdv": 0.85 * H200_SMEM_PEAK * 2758.2e-6,
+              "fa2_bwd_dq": 0.20 * H200_SMEM_PEAK * 717.3e-6}
+
+
+def _records() -> list[dict]:
+    """A SYNTHETIC record of the backward config with those shared-memory bytes."""
+    problem = AttentionProblem.from_dict(PLAN["configs"][1]["problem"])
+    rec = record("fa2", problem, Tiling.from_dict(PLAN["configs"][1]["tiling"]), 1e-3,
+                 counters(1e6, 2e6))
+    rec["record_id"] = "fa2-bwd-x"
+    rec["counters"]["kernels"] = [dict({k: None for k in KERNEL_COUNTER_KEYS}, name=name,
+                                       smem_bytes=nbytes)
+                                  for name, nbytes in SMEM_BYTES.items()]
+    return [rec]
+
+
+def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_path):
+    first, second, third = launches = stalls.read_folder(_write(tmp_path))
+    hw, sync = stalls.mma_sync_kernels(tmp_path / "plan.json")
+    assert sync == {"fa2-fwd-x": set(), "fa2-bwd-x": {"fa2_bwd_dkdv"}}
+    assert stalls.attach_smem(launches, _records(), hw) == 2  # the forward has no record
+    assert first.smem_pct is None and first.smem_overlap_bound(0.2) is None
+    assert second.smem_pct == pytest.approx(85.0)
+    # dK/dV: math busy 40 + (1 - 0.2) x 30 = 64% beside 85% of shared memory: 149%, so at
+    # least 49 / 64 of the math ran alongside shared memory
+    assert second.math_busy_pct(0.2) == pytest.approx(64.0)
+    assert second.smem_overlap_bound(0.2) == pytest.approx(49.0 / 64.0)
+    # dQ: math 60 + 0.8 x 50 = 100%, so all of shared memory's 20% ran alongside it
+    assert third.smem_overlap_bound(0.2) == pytest.approx(1.0)
+    # math 103.4% (a model's share, not a measurement) would put more than the whole of
+    # shared memory's 30% alongside it: capped at 1
+    third.pipes_pct = first.pipes_pct
+    third.smem_pct = 30.0
+    assert third.smem_overlap_bound(0.2) == 1.0
+    idle = stalls.Launch("c", "k", 1e-3, {"tensor": 20.0, "exp": 10.0, "fma": 5.0}, 50.0, 8.0,
+                         smem_pct=50.0)
+    assert idle.smem_overlap_bound(0.2) is None  # 32% + 50%: they may have taken turns
+    summary = stalls.smem_overlap_summary(launches, sync, 0.2)  # dK/dV only: mma.sync
+    assert (summary["launches"], summary["n"]) == (1, 1)
+    assert summary["median"] == pytest.approx(49.0 / 64.0)
+
+
 def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
     swapped = [LAUNCHES[1], LAUNCHES[0], LAUNCHES[2]]
     with pytest.raises(NcuParseError, match="manifest expects fa2_fwd"):
@@ -79,12 +140,29 @@ def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
             {"config": "fa2-fwd-x", "role": "measure", "kernels": ["fa2_fwd"], "ok": True}]))
 
 
-def test_cli_prints_each_launch_and_the_median_bound(tmp_path, capsys):
-    assert stalls.main([str(_write(tmp_path))]) == 0
+def test_cli_prints_each_launch_and_the_median_bounds(tmp_path, capsys):
+    folder = _write(tmp_path)
+    assert stalls.main([str(folder)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 4 and "bound 0.25" in out[0] and "bound" not in out[1]
-    assert out[-1] == ("unit overlap: 2 of 3 launches have pipes summing past 100%; their "
+    assert len(out) == 5 and "bound 0.25" in out[0] and "bound" not in out[1]
+    assert "lsu  85.0" in out[1] and "smem" not in out[1]
+    assert out[-2] == ("unit overlap: 2 of 3 launches have pipes summing past 100%; their "
                        "overlap bounds: median 0.225 (0.200-0.251)")
+    assert out[-1] == ("shared-memory overlap: give --records (the matrix run's "
+                       "shared-memory bytes)")
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    assert stalls.main([str(folder), "--plan", str(folder / "plan.json"),
+                        "--records", str(records)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "smem  85.0" in out[1]
+    # dK/dV at the median unit overlap u = (17 / 67.8 + 0.2) / 2: math 40 + (1 - u) x 30
+    u = (17.0 / 67.8 + 0.2) / 2
+    math = 40.0 + (1 - u) * 30.0
+    bound = (85.0 + math - 100.0) / math
+    assert out[-1] == (f"shared-memory overlap: 1 of 1 mma.sync launches have shared memory "
+                       f"and math (at unit overlap {u:.3f}) summing past 100%; their overlap "
+                       f"bounds: median {bound:.3f} ({bound:.3f}-{bound:.3f})")
 
 
 def test_cli_bad_folder_is_one_error_line_and_exit_2(tmp_path, capsys):

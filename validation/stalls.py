@@ -13,9 +13,22 @@ reads such a folder back and derives what the compute model needs from it:
   time ran while the busiest one was active too: time spent only by one pipe at a time adds
   up to at most 100%. Launches summing below 100% bound nothing (their pipes may take turns
   and still leave the SM idle some of the time). The preset's ``unit_overlap`` is the median
-  of these bounds (``simulator.sim.compute``).
+  of these bounds (``simulator.sim.compute``);
+- the shared-memory overlap bound, the same argument for shared memory against the math
+  pipes together. Shared memory's share is its bytes (Nsight Compute's
+  ``sm__sass_data_bytes_mem_shared`` of the same config and kernel in the matrix run's
+  records: a count, the same in every run) over the launch's duration at the preset's
+  bandwidth — the quantity the model's ``smem`` unit times — and the math pipes' is their
+  busy share as the model takes it (the busiest plus ``1 - unit_overlap`` of the rest).
+  Where the two sum past 100%, at least ``(sum - 100) / shorter`` of the shorter one's
+  time ran alongside the other. The preset's ``smem_overlap`` is the median over the
+  launches of kernels that compile to mma.sync (the plan's configs say which tiling a
+  launch ran; wgmma kernels' operand reads are not a unit of the model). The LSU data
+  pipe's own activity (``lsu`` in the listing) runs 0.8-1.9 times the bytes' share: it
+  also counts global loads' wavefronts and bank conflicts, which the model does not.
 
-    python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ...
+    python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ... \
+        --records validation/records/h200-default-2026-11-30.jsonl
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ FMA = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 ISSUE = "sm__issue_active.avg.pct_of_peak_sustained_elapsed"
 WARPS = "sm__warps_active.avg.per_cycle_active"
 DURATION = "gpu__time_duration.sum"
+LSU = "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed"
+DEFAULT_PLAN = Path(__file__).parent / "plans" / "default.json"
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 
@@ -49,6 +64,8 @@ class Launch:
     issue_pct: float
     warps: float  # resident warps per active cycle
     stalls: dict = field(default_factory=dict)  # reason -> stalls per issued instruction
+    lsu_pct: float | None = None  # LSU data pipe, percent of peak (elapsed); None: absent
+    smem_pct: float | None = None  # shared-memory bytes, percent of peak (``attach_smem``)
 
     @property
     def pipes_sum_pct(self) -> float:
@@ -61,6 +78,23 @@ class Launch:
         if total <= 100.0 or total <= busiest:
             return None
         return (total - 100.0) / (total - busiest)
+
+    def math_busy_pct(self, unit_overlap: float) -> float:
+        """The math pipes' busy share as the model takes it (``compute.busy_seconds``)."""
+        busiest = max(self.pipes_pct.values())
+        return busiest + (1.0 - unit_overlap) * (self.pipes_sum_pct - busiest)
+
+    def smem_overlap_bound(self, unit_overlap: float) -> float | None:
+        """The least share of the shorter of shared-memory and math time that ran alongside
+        the other (module docstring), or None where they sum to at most 100% (or the
+        launch's shared-memory bytes are unknown)."""
+        if self.smem_pct is None:
+            return None
+        math = self.math_busy_pct(unit_overlap)
+        total, shorter = self.smem_pct + math, min(self.smem_pct, math)
+        if total <= 100.0 or shorter <= 0.0:
+            return None
+        return min(1.0, (total - 100.0) / shorter)  # math's share is a model's, not measured
 
 
 def read_folder(folder: str | Path) -> list[Launch]:
@@ -104,6 +138,7 @@ def read_folder(folder: str | Path) -> list[Launch]:
                        "fma": value(row, FMA)},
             issue_pct=value(row, ISSUE), warps=value(row, WARPS),
             stalls={s[len(STALL_PREFIX):-len(STALL_SUFFIX)]: value(row, s) for s in stall_names},
+            lsu_pct=value(row, LSU) if LSU in col else None,
         ))
     return launches
 
@@ -117,6 +152,60 @@ def overlap_summary(launches: list[Launch]) -> dict:
             "min": min(bounds), "max": max(bounds)}
 
 
+def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict[str, set[str]]]:
+    """The plan's GPU preset and, per config id of the plan, the kernels whose matmuls
+    compile to mma.sync on it (``compute.uses_wgmma``)."""
+    from simulator.hardware import load_hardware
+    from simulator.sim.compute import uses_wgmma
+    from traces.problem import AttentionProblem
+    from traces.schedules import build_schedule
+    from traces.tiling import Tiling
+
+    plan = json.loads(Path(plan_path).read_text())
+    hw = load_hardware(plan["hardware"])
+    out = {}
+    for cfg in plan["configs"]:
+        tiling = Tiling.from_dict(cfg["tiling"])
+        schedule = build_schedule(AttentionProblem.from_dict(cfg["problem"]), tiling,
+                                  cfg["schedule"])
+        out[cfg["id"]] = {k.name for k in schedule.kernels
+                          if k.mma_rows and not uses_wgmma(hw, k.mma_rows, tiling.num_warps)}
+    return hw, out
+
+
+def attach_smem(launches: list[Launch], records: list[dict], hw) -> int:
+    """Set each launch's ``smem_pct`` from the records' shared-memory bytes of its config
+    and kernel (the latest record of each config) over its own duration, at ``hw``'s
+    shared-memory bandwidth on every SM. Returns how many launches got one."""
+    from validation.records import latest_per_config
+
+    peak = hw.smem_bandwidth_bytes_per_clk_per_sm * hw.sm_clock_hz * hw.sm_count
+    smem = {}
+    for rec in latest_per_config(records)[0]:
+        for k in (rec.get("counters") or {}).get("kernels") or []:
+            if k.get("smem_bytes") is not None:
+                smem[(rec["record_id"], k["name"])] = k["smem_bytes"]
+    found = 0
+    for launch in launches:
+        nbytes = smem.get((launch.config, launch.kernel))
+        if nbytes is not None and launch.duration_s > 0:
+            launch.smem_pct = 100.0 * nbytes / launch.duration_s / peak
+            found += 1
+    return found
+
+
+def smem_overlap_summary(launches: list[Launch], sync: dict[str, set[str]],
+                         unit_overlap: float) -> dict:
+    """The shared-memory overlap bounds of the mma.sync launches (``sync``: per config, its
+    mma.sync kernels) where shared memory and math sum past 100%: n, median, range."""
+    chosen = [x for x in launches if x.kernel in sync.get(x.config, ())]
+    bounds = [b for b in (x.smem_overlap_bound(unit_overlap) for x in chosen) if b is not None]
+    if not bounds:
+        return {"launches": len(chosen), "n": 0, "median": None, "min": None, "max": None}
+    return {"launches": len(chosen), "n": len(bounds), "median": statistics.median(bounds),
+            "min": min(bounds), "max": max(bounds)}
+
+
 def _row(launch: Launch) -> str:
     top = sorted(launch.stalls.items(), key=lambda kv: -kv[1])[:3]
     p = launch.pipes_pct
@@ -124,6 +213,8 @@ def _row(launch: Launch) -> str:
     return (f"{launch.config[:56]:56s} {launch.kernel:18s} {launch.duration_s * 1e6:9.1f} us  "
             f"tensor {p['tensor']:5.1f}  exp {p['exp']:5.1f}  fma {p['fma']:5.1f}  "
             f"sum {launch.pipes_sum_pct:5.1f}  "
+            f"{'' if launch.lsu_pct is None else f'lsu {launch.lsu_pct:5.1f}  '}"
+            f"{'' if launch.smem_pct is None else f'smem {launch.smem_pct:5.1f}  '}"
             f"{'' if bound is None else f'bound {bound:.2f}  '}issue {launch.issue_pct:4.1f}  "
             f"warps {launch.warps:4.1f}  | " + ", ".join(f"{k} {v:.2f}" for k, v in top))
 
@@ -133,12 +224,23 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Pipe activity and stall reasons per launch "
                                      "from run_stalls.sh folders; the unit-overlap bound.")
     parser.add_argument("folders", nargs="+")
+    parser.add_argument("--plan", default=str(DEFAULT_PLAN),
+                        help="the plan whose configs were profiled (which kernels are mma.sync)")
+    parser.add_argument("--records", default=None,
+                        help="the matrix run's records (JSON Lines) with the same configs' "
+                        "shared-memory bytes: bounds the shared-memory overlap")
     args = parser.parse_args(argv)
     launches = []
     try:
         for folder in args.folders:
             launches += read_folder(folder)
-    except (OSError, ValueError, NcuParseError) as exc:  # JSON errors are ValueErrors
+        sync = None
+        if args.records:
+            from validation.records import read_records
+
+            hw, sync = mma_sync_kernels(args.plan)
+            attach_smem(launches, read_records(args.records)[0], hw)
+    except (OSError, ValueError, KeyError, NcuParseError) as exc:  # JSON errors: ValueError
         print(f"tilesim: stalls: {exc}", file=sys.stderr)
         return 2
     for launch in launches:
@@ -150,6 +252,19 @@ def main(argv: list[str] | None = None) -> int:
               f"({s['min']:.3f}-{s['max']:.3f})")
     else:
         print(f"unit overlap: none of {s['launches']} launches has pipes summing past 100%")
+        return 0
+    if sync is None:
+        print("shared-memory overlap: give --records (the matrix run's shared-memory bytes)")
+        return 0
+    m = smem_overlap_summary(launches, sync, s["median"])
+    if m["n"]:
+        print(f"shared-memory overlap: {m['n']} of {m['launches']} mma.sync launches have "
+              f"shared memory and math (at unit overlap {s['median']:.3f}) summing past 100%; "
+              f"their overlap bounds: median {m['median']:.3f} "
+              f"({m['min']:.3f}-{m['max']:.3f})")
+    else:
+        print(f"shared-memory overlap: none of {m['launches']} mma.sync launches has shared "
+              "memory and math summing past 100%")
     return 0
 
 

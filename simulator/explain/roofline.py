@@ -24,10 +24,10 @@ What is counted:
   FP32 rate, as "other" FLOPs are not FMAs) combined as the simulator does: ``T`` is the
   busiest unit's time plus ``1 - unit_overlap`` of the others' (``simulator.sim.compute``;
   the busiest unit is the one named as the bound). The roofline takes every matmul at the
-  wgmma rate and leaves out the shared-memory reads the simulator charges mma.sync
-  matmuls and the work a warp layout repeats (``traces.schedules.mma_layout``), so for small
-  tiles, and tiles with fewer rows than their warps cover, the simulated rate sits further
-  below its ceiling. Its attainable
+  wgmma rate and leaves out the shared-memory traffic the simulator charges mma.sync
+  kernels (operand reads and tile staging) and the work a warp layout repeats
+  (``traces.schedules.mma_layout``), so for small tiles, and tiles with fewer rows than
+  their warps cover, the simulated rate sits further below its ceiling. Its attainable
   rate is ``W / max(that compute time, D / B)``; its utilisation is the tensor-core FLOP/s
   it reaches at that bound as a fraction of the datasheet peak.
 """

@@ -11,12 +11,17 @@ divided evenly over the SMs:
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput;
 - shared memory (``smem``): the operand bytes mma.sync matmuls read from it, so many per
-  tensor FLOP (``traces.schedules.mma_layout.matmul_costs``), at
-  ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``. Measured on the H200, these reads are
-  what holds back small mma.sync tiles: a 32 x 32 FA2 forward kept shared memory 55-63% busy
-  and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the
-  warps stalled on short-scoreboard waits. wgmma reads its operands in the tensor core,
-  which its rate already covers, so for it this unit is idle.
+  tensor FLOP (``traces.schedules.mma_layout.matmul_costs``), plus the bytes an mma.sync
+  kernel moves through it to stage its tiles (``program.staged_bytes``: every tile loaded
+  is written into it, every tile stored written and read back), at
+  ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``. Measured on the H200, this traffic
+  is what holds back small mma.sync tiles: a 32 x 32 FA2 forward kept shared memory 55-63%
+  busy and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the
+  warps stalled on short-scoreboard waits; Nsight Compute's shared-memory bytes of the
+  records' mma.sync kernels are the reads plus the staging (``tests/test_mma_layout.py``).
+  wgmma reads its operands in the tensor core, which its rate already covers, so for it
+  this unit is idle (its staging is not timed either: the wgmma kernels' shared-memory
+  pipe was 30-55% busy in the profiles, not what bounds them).
 
 Overlap model. An SM is ``sm_subpartitions`` processing blocks, each with its own tensor
 core, exp unit and ALUs and its own warps (the architecture whitepapers); a CTA's warps are
@@ -31,11 +36,17 @@ an H200, the tensor, exp (XU) and FMA pipes are active 64–120% of the time *to
 fully would keep the busiest one near 100% in a compute-bound kernel, with the sum far
 above; the busiest was at most 63%. The preset's ``unit_overlap`` is the share of the other
 units' time that overlaps the busiest one (0: the units take turns; 1: only the busiest
-counts). Two numbers per step follow:
+counts). Shared memory overlaps the math more: its loads are issued and the warps go on
+to other work until they need the data. In the same profiles, with the records' shared-
+memory bytes over each launch's duration, 18 mma.sync launches had shared memory and the
+math pipes (at ``unit_overlap``) busy 101-132% of the time together: at least 0.38 of the
+shorter of the two (the median bound, ``python -m validation.stalls ... --records``) ran
+alongside the other. The preset's ``smem_overlap`` is that share. Two numbers per step follow:
 
-- ``busy`` (*throughput*): seconds the SM's units are occupied,
-  ``max + (1 - unit_overlap) x (sum - max)`` over the units — what the step takes
-  from the SM that other resident CTAs cannot use;
+- ``busy`` (*throughput*): seconds the SM's units are occupied. The math pipes take
+  ``math = max + (1 - unit_overlap) x (sum - max)`` over tensor, exp and FP32; with shared
+  memory's ``smem`` seconds, ``max(math, smem) + (1 - smem_overlap) x min(math, smem)`` —
+  what the step takes from the SM that other resident CTAs cannot use;
 - ``path`` (*critical path*): how long the step takes for its CTA alone,
   ``max(busy, sum / c)`` (with fewer warps than blocks, ``c = 1`` and the
   CTA uses only ``num_warps`` of the blocks, so every unit time is scaled up by
@@ -79,20 +90,28 @@ def sm_rates(hw: Hardware, dtype: str, wgmma: bool = True) -> np.ndarray:
 
 
 def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = True,
-                 smem_bytes_per_flop: float = 0.0) -> np.ndarray:
+                 smem_bytes_per_flop: float = 0.0,
+                 staged_bytes: np.ndarray | None = None) -> np.ndarray:
     """Seconds each unit of one SM needs (``[4, n]``, ``UNITS``): ``amounts`` is ``[3, n]``
     (tensor FLOPs, exps, other FLOPs); an mma.sync kernel (``wgmma`` False) also reads
-    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP."""
+    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP, and ``staged_bytes``
+    (``[n]``) more move through shared memory to stage the step's tiles."""
     amounts = np.asarray(amounts, dtype=np.float64)
     smem = amounts[0] * (0.0 if wgmma else smem_bytes_per_flop)
+    if staged_bytes is not None:
+        smem = smem + staged_bytes
     return np.vstack([amounts, smem[None]]) / sm_rates(hw, dtype, wgmma)[:, None]
 
 
 def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
     """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[units, n]``
-    (or ``[units]``, one step: the roofline's kernel totals)."""
-    busiest = unit_s.max(axis=0)
-    return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
+    (or ``[units]``, one step: the roofline's kernel totals) in ``UNITS`` order: tensor, exp
+    and FP32 pipes, then shared memory (none where only the three pipes are given)."""
+    pipes = unit_s[:3]
+    smem = unit_s[3] if len(unit_s) > 3 else np.zeros_like(unit_s[0])
+    busiest = pipes.max(axis=0)
+    math = busiest + (1.0 - hw.unit_overlap) * (pipes.sum(axis=0) - busiest)
+    return np.maximum(math, smem) + (1.0 - hw.smem_overlap) * np.minimum(math, smem)
 
 
 def path_seconds(unit_s: np.ndarray, num_warps: int, hw: Hardware) -> np.ndarray:

@@ -15,9 +15,12 @@ rows), not only the valid elements ``count`` reports, times the copies the compi
 layout makes of them (``traces.schedules.mma_layout``: a result with fewer rows than the
 warps laid along them is computed by several warps). They are folded, per unit (CTA or
 iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared
-memory of one SM, into busy seconds (how long the SM's units are occupied,
-``compute.busy_seconds``) and into critical-path seconds (how long the CTA waits;
-``simulator.sim.compute``).
+memory of one SM (for a kernel whose matmuls are mma.sync: their operand reads, and its
+tiles' staging — each loaded tile written into shared memory, each stored tile written and
+read back for coalesced stores — charged to the phase's first compute step, or to a step of
+its own in a phase without one; ``staged_bytes``), into busy seconds (how long the SM's
+units are occupied, ``compute.busy_seconds``) and into critical-path seconds (how long the
+CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
 phase the engines issue all loads together, run the compute when they have arrived, then
 issue the stores; every schedule's phases are written in that order.
@@ -122,7 +125,7 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 
 
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
-              hw: Hardware, wgmma: bool, costs: MatmulCosts) -> Phase:
+              hw: Hardware, wgmma: bool, costs: MatmulCosts, staging: bool = False) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
     for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``);
     ``costs``: what the compiler's warp layout adds to its compute steps (replicated work
@@ -151,17 +154,32 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
     scale = np.array([costs.tensor_scale, costs.elementwise_scale, costs.elementwise_scale])
-    for k, step in enumerate(steps):
-        if isinstance(step, Access):
-            continue
-        amounts = values[k].astype(np.float64) * masks[k] * scale[:, None]
+    tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
+                           for s in accesses], dtype=np.int64)
+    staged = staged_bytes(phase, tile_bytes).astype(np.float64) if staging else None
+    computes = [k for k, step in enumerate(steps) if not isinstance(step, Access)]
+    for n, k in enumerate(computes or [None]):
+        if k is None:  # a phase without compute: its staging alone
+            amounts = np.zeros((3, units))
+        else:
+            amounts = values[k].astype(np.float64) * masks[k] * scale[:, None]
         phase.work += amounts
         seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma,
-                               costs.smem_bytes_per_flop)
+                               costs.smem_bytes_per_flop,
+                               staged if n == 0 else None)
         phase.unit_s += seconds
         phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
     return phase
+
+
+def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
+    """Bytes per unit of ``phase`` that an mma.sync kernel moves through shared memory to
+    stage its tiles (module docstring), whole tiles (``tile_bytes``, one per access row) as
+    its matmuls issue them: each loaded tile (not a vector of one column) is copied in once;
+    each stored tile is written in the matmul's layout and read back in a coalesced one."""
+    factor = np.where(phase.kind == STORE, 2, 1) * (phase.tile_cols > 1) * tile_bytes
+    return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
 def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
@@ -173,15 +191,16 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
     costs = matmul_costs(list(kernel.dots), schedule.tiling.num_warps,
                          schedule.problem.elem_bytes, wgmma)
+    staging = bool(kernel.dots) and not wgmma  # mma.sync stages its tiles: timed on smem
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
-                    hw, wgmma, costs)
+                    hw, wgmma, costs, staging)
     post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx, issued=True), schedule,
-                     hw, wgmma, costs)
+                     hw, wgmma, costs, staging)
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
-                     costs)
+                     costs, staging)
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(

@@ -41,9 +41,11 @@ checked against the compiled kernels' ``nvidia_mma`` layouts (``tests/test_kerne
   for it, else along N.
 
 Measured on the H200 (``sm__sass_data_bytes_mem_shared``, validation/records/h200-default-
-2026-11-30), the reads plus the streamed tiles' copies into shared memory give naive_qk's
-shared bytes exactly (with its output's trip through shared memory), naive_pv's within 7%,
-the FA2 kernels' within 31% and decode's split within 41% (``tests/test_mma_layout.py``).
+2026-11-30), the reads plus the tiles' staging (each loaded tile copied into shared memory,
+each stored tile written and read back: ``simulator.sim.program.staged_bytes``), which the
+simulator times together on the SM's shared memory, give naive_qk's shared bytes exactly,
+naive_pv's within 7%, the FA2 kernels' within 31% and decode's split within 42%
+(``tests/test_mma_layout.py``).
 """
 
 from __future__ import annotations
