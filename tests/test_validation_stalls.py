@@ -170,3 +170,14 @@ def test_cli_bad_folder_is_one_error_line_and_exit_2(tmp_path, capsys):
     assert stalls.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tilesim: stalls: ") and "no ncu raw table" in err[0]
+
+
+def test_cli_bad_plan_is_one_error_line_and_exit_2(tmp_path, capsys):
+    folder = _write(tmp_path)
+    (folder / "plan.json").write_text(json.dumps({"configs": []}))
+    (folder / "records.jsonl").write_text("")
+    assert stalls.main([str(folder), "--plan", str(folder / "plan.json"),
+                        "--records", str(folder / "records.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tilesim: stalls: plan {folder / 'plan.json'}: no 'hardware' (not a "
+                   "tilesim plan?)"]

@@ -162,14 +162,17 @@ def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict
     from traces.tiling import Tiling
 
     plan = json.loads(Path(plan_path).read_text())
-    hw = load_hardware(plan["hardware"])
     out = {}
-    for cfg in plan["configs"]:
-        tiling = Tiling.from_dict(cfg["tiling"])
-        schedule = build_schedule(AttentionProblem.from_dict(cfg["problem"]), tiling,
-                                  cfg["schedule"])
-        out[cfg["id"]] = {k.name for k in schedule.kernels
-                          if k.mma_rows and not uses_wgmma(hw, k.mma_rows, tiling.num_warps)}
+    try:
+        hw = load_hardware(plan["hardware"])
+        for cfg in plan["configs"]:
+            tiling = Tiling.from_dict(cfg["tiling"])
+            schedule = build_schedule(AttentionProblem.from_dict(cfg["problem"]), tiling,
+                                      cfg["schedule"])
+            out[cfg["id"]] = {k.name for k in schedule.kernels if k.mma_rows
+                              and not uses_wgmma(hw, k.mma_rows, tiling.num_warps)}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"plan {plan_path}: no {exc} (not a tilesim plan?)") from None
     return hw, out
 
 
@@ -222,7 +225,8 @@ def _row(launch: Launch) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.stalls",
                                      description="Pipe activity and stall reasons per launch "
-                                     "from run_stalls.sh folders; the unit-overlap bound.")
+                                     "from run_stalls.sh folders; the unit-overlap and "
+                                     "shared-memory overlap bounds.")
     parser.add_argument("folders", nargs="+")
     parser.add_argument("--plan", default=str(DEFAULT_PLAN),
                         help="the plan whose configs were profiled (which kernels are mma.sync)")
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
             hw, sync = mma_sync_kernels(args.plan)
             attach_smem(launches, read_records(args.records)[0], hw)
-    except (OSError, ValueError, KeyError, NcuParseError) as exc:  # JSON errors: ValueError
+    except (OSError, ValueError, NcuParseError) as exc:  # JSON errors are ValueErrors
         print(f"tilesim: stalls: {exc}", file=sys.stderr)
         return 2
     for launch in launches:
@@ -252,9 +256,12 @@ def main(argv: list[str] | None = None) -> int:
               f"({s['min']:.3f}-{s['max']:.3f})")
     else:
         print(f"unit overlap: none of {s['launches']} launches has pipes summing past 100%")
-        return 0
     if sync is None:
         print("shared-memory overlap: give --records (the matrix run's shared-memory bytes)")
+        return 0
+    if s["median"] is None:
+        print("shared-memory overlap: not bounded without a unit overlap (the math pipes' "
+              "busy share takes it)")
         return 0
     m = smem_overlap_summary(launches, sync, s["median"])
     if m["n"]:
