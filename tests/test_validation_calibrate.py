@@ -137,6 +137,13 @@ def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, cap
     assert str(path) in text and "sha256:" in text
     assert "Held-out shapes (never fitted on)" in text and "Held-out time MAPE" in text
     assert text.count("# fitted by tilesim calibrate (base") == len(PARAMS)
+    assert hw.display_name == "NVIDIA H200 SXM 141GB (calibrated)"
+    # refitted from the fit: one more header of provenance, the label still said once
+    again = tmp_path / "again.toml"
+    assert cli.main(["calibrate", str(path), "--hardware", str(out), "--out", str(again),
+                     "--max-evals", "2"]) == 0
+    assert load_hardware(again).display_name == "NVIDIA H200 SXM 141GB (calibrated)"
+    assert again.read_text().count("fitted by tilesim calibrate from records:") == 2
     assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out",
                      str(tmp_path / "x.txt")]) == 2
 

@@ -373,8 +373,11 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
     for i, line in enumerate(lines):
         if re.match(r"^name\s*=", line):
             lines[i] = f'name = "{name}"'
-        elif re.match(r"^display_name\s*=", line):
-            lines[i] = f'display_name = "{fitted_hw.display_name} (calibrated)"'
+        elif re.match(r"^display_name\s*=", line):  # once, however often it is refitted
+            label = fitted_hw.display_name
+            while label.endswith(" (calibrated)"):
+                label = label.removesuffix(" (calibrated)")
+            lines[i] = f'display_name = "{label} (calibrated)"'
     held = report["held_out"]
     header = [
         f"# Calibrated from preset {report['base']}: fitted by tilesim calibrate from records:",
