@@ -145,10 +145,15 @@ def read_folder(folder: str | Path) -> list[Launch]:
 
 def overlap_summary(launches: list[Launch]) -> dict:
     """The overlap bounds of the launches whose pipes sum past 100%: n, median, range."""
-    bounds = [b for b in (launch.overlap_bound() for launch in launches) if b is not None]
+    return _bounds_summary(len(launches), [launch.overlap_bound() for launch in launches])
+
+
+def _bounds_summary(launches: int, bounds: list[float | None]) -> dict:
+    """n, median and range of the bounds that exist, out of ``launches`` launches."""
+    bounds = [b for b in bounds if b is not None]
     if not bounds:
-        return {"launches": len(launches), "n": 0, "median": None, "min": None, "max": None}
-    return {"launches": len(launches), "n": len(bounds), "median": statistics.median(bounds),
+        return {"launches": launches, "n": 0, "median": None, "min": None, "max": None}
+    return {"launches": launches, "n": len(bounds), "median": statistics.median(bounds),
             "min": min(bounds), "max": max(bounds)}
 
 
@@ -202,11 +207,7 @@ def smem_overlap_summary(launches: list[Launch], sync: dict[str, set[str]],
     """The shared-memory overlap bounds of the mma.sync launches (``sync``: per config, its
     mma.sync kernels) where shared memory and math sum past 100%: n, median, range."""
     chosen = [x for x in launches if x.kernel in sync.get(x.config, ())]
-    bounds = [b for b in (x.smem_overlap_bound(unit_overlap) for x in chosen) if b is not None]
-    if not bounds:
-        return {"launches": len(chosen), "n": 0, "median": None, "min": None, "max": None}
-    return {"launches": len(chosen), "n": len(bounds), "median": statistics.median(bounds),
-            "min": min(bounds), "max": max(bounds)}
+    return _bounds_summary(len(chosen), [x.smem_overlap_bound(unit_overlap) for x in chosen])
 
 
 def _row(launch: Launch) -> str:

@@ -154,9 +154,11 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         compute_s=np.zeros(units), path_s=np.zeros(units),
     )
     scale = np.array([costs.tensor_scale, costs.elementwise_scale, costs.elementwise_scale])
-    tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
-                           for s in accesses], dtype=np.int64)
-    staged = staged_bytes(phase, tile_bytes).astype(np.float64) if staging else None
+    staged = None
+    if staging:
+        tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
+                               for s in accesses], dtype=np.int64)
+        staged = staged_bytes(phase, tile_bytes).astype(np.float64)
     computes = [k for k, step in enumerate(steps) if not isinstance(step, Access)]
     for n, k in enumerate(computes or [None]):
         if k is None:  # a phase without compute: its staging alone
