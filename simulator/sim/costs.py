@@ -15,11 +15,9 @@ Kim's analytical GPU model, ISCA 2009), so its misses move at ``B F / (F + L B)`
 law with the queue. The engines charge each missed byte ``1 + L B / F`` bytes of HBM's
 capacity, which gives that rate when misses alone keep HBM busy and leaves write-backs,
 which no CTA waits for, at full rate. ``F`` is the resident CTAs' loads ahead of the one
-they wait for (``num_stages - 1`` iterations' loads; a one-shot CTA's first loads), hits
-included: an upper bound on the misses in flight, so a kernel that mostly hits L2 is
-hardly touched (counting only the misses, spread evenly over the CTAs, would charge
-every miss of a reuse kernel the full latency). The preset's latency and effective rate
-set it: no constant of its own. On the H200 records decode's
+they wait for (``num_stages - 1`` iterations' loads; a one-shot CTA's first loads), times
+the share of their bytes that miss an infinite L2 (``compulsory_misses``), with the
+preset's latency and effective rate: no constant of its own. On the H200 records decode's
 split kernel at N = 16k, d = 64 reaches 3.0 TB/s with 4.2 MB in flight and 4.3 TB/s with
 16.8 MB; the law gives 3.2 and 4.0 (BENCHMARKS.md, "HBM with few bytes in flight").
 """
