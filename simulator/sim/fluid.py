@@ -61,7 +61,7 @@ from numba import njit
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import sm_port_bytes_per_s
-from simulator.sim.costs import CtaCosts, miss_occupancy
+from simulator.sim.costs import CtaCosts
 from simulator.sim.fairshare import ROWS, fair_rates
 from simulator.sim.l2 import L2Cache
 from simulator.sim.program import KernelProgram
@@ -89,8 +89,7 @@ class FluidKernel:
     a few packed arrays so that each event is one compiled call with few arguments.
     """
 
-    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, queued_body: bool = False,
-                 occupancy: float = 1.0):
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, queued_body: bool = False):
         self.hw, self.slots = hw, slots
         jobs, phases = B.shape
         self.job = np.ascontiguousarray(np.stack([B, M, K, CP, W]), dtype=np.float64)
@@ -116,10 +115,8 @@ class FluidKernel:
         self.dirty = np.zeros(hw.sm_count, dtype=np.bool_)
         self.share_state = np.zeros(3)
         self.levels = np.zeros((2, hw.sm_count))
-        # L2, HBM, the SM's port; then the HBM capacity a missed byte takes (``M`` is in
-        # those units: ``costs.miss_occupancy``), to log the bytes HBM really moved.
         self.rates = np.array([hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s,
-                               sm_port_bytes_per_s(hw), occupancy])
+                               sm_port_bytes_per_s(hw)])
         self.events = 0
 
     @property
@@ -228,11 +225,9 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
         for s in range(n_cols):
             if sjob[s] != -1:
                 l2 += rate[s] * slot_f[_S_B, s]
+                hbm += rate[s] * slot_f[_S_M, s]
                 if s < n_slots:
-                    hbm += rate[s] * slot_f[_S_M, s] / rates[3]
                     limit_s[limit[s]] += dt
-                else:  # the write-back flow: bytes as they are
-                    hbm += rate[s] * slot_f[_S_M, s]
                 rem[s] -= rate[s] * dt
         k = counters[1]
         segments[k, 0], segments[k, 1], segments[k, 2], segments[k, 3] = now - dt, now, l2, hbm
@@ -324,9 +319,7 @@ class FluidEngine:
         burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
         burst[first[:slots]] = True
         phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
-        occupancy = miss_occupancy(hw, costs.inflight_bytes(slots))
-        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases),
-                            occupancy=occupancy)
+        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
         events, tiles = timed.events, 0
         for attempt in range(2):
             start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
@@ -339,8 +332,7 @@ class FluidEngine:
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
                                             where=steps > 0), burst)
-            final = self._fluid(slots, first, *phases, queued_body=loopless,
-                                occupancy=occupancy)
+            final = self._fluid(slots, first, *phases, queued_body=loopless)
             events += final.events
             if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
                 break  # one-shot CTAs: their order hardly depends on timing
@@ -369,19 +361,17 @@ class FluidEngine:
         ))
 
     def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W,
-               queued_body: bool = False, occupancy: float = 1.0) -> FluidKernel:
-        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment;
-        each missed byte takes ``occupancy`` bytes of HBM's capacity
-        (``costs.miss_occupancy``).
+               queued_body: bool = False) -> FluidKernel:
+        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment.
 
         A job of several CTAs has each phase summed over them: its latencies, then its
         first loads, its bodies, its last stores; or, where its SM can hide their
         latency and compute (``_fold_merged``), one phase of all of them.
         """
-        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M * occupancy, K, CP, W)]
+        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP, W)]
         return FluidKernel(self.hw, slots,
                            *_fold_merged(jobs, first, B.shape[0], slots, self.hw),
-                           queued_body=queued_body, occupancy=occupancy).run()
+                           queued_body=queued_body).run()
 
 
 def _fold_merged(jobs: list[np.ndarray], first: np.ndarray, grid: int, slots: int,

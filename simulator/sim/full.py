@@ -22,9 +22,7 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   than it can write it to shared memory); the bytes that miss also cross HBM (effective
   HBM bandwidth). A load's data is there when all its transfers are done plus the latency
   of the farthest level it reached, scaled by its CTA's ``costs.latency_factor`` (near
-  and far L2 slices: without a spread, identical CTAs stay in lock-step). Each missed byte
-  takes ``costs.miss_occupancy`` bytes of HBM's capacity: with few bytes in flight HBM
-  does not reach its rate (Little's law, as the fluid engine has it). Write-backs of
+  and far L2 slices: without a spread, identical CTAs stay in lock-step). Write-backs of
   evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
   and are not waited for, except that a CTA retires only once its stores have been
   accepted by L2.
@@ -46,7 +44,7 @@ import simpy
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import SharedBandwidth, sm_port_bytes_per_s
-from simulator.sim.costs import CtaCosts, latency_factor, miss_occupancy
+from simulator.sim.costs import latency_factor
 from simulator.sim.l2 import TILE_FIELDS, L2Cache
 from simulator.sim.program import KernelProgram, Phase
 from simulator.sim.record import CountingEnvironment, KernelRun
@@ -120,15 +118,11 @@ class FullEngine:
             self.cta_end = np.zeros(prog.grid)
             self.cta_slot = np.zeros(prog.grid, dtype=np.int64)
             slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
-            costs = CtaCosts(prog, hw, self.stages, self.cache.layout.rows.size)
-            self.occupancy = miss_occupancy(
-                hw, costs.inflight_bytes(slots))
-            self.hbm_moved = self.hbm_charged = 0.0
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
             flushed = self.cache.flush()
             if i < len(self.programs) - 1:  # record.KernelRun: why, and why not after the last
                 if flushed:
-                    self._hbm(flushed, 1.0, _nothing)
+                    self.hbm.start(flushed, _nothing)
                 yield self.hbm.idle()  # write-backs in flight finish before the next kernel
             self.runs.append(KernelRun(
                 name=prog.name, launch_s=launch, start_s=start, end_s=self.env.now,
@@ -137,9 +131,7 @@ class FullEngine:
                 cta_end=self.cta_end, cta_slot=self.cta_slot,
                 tensor_bytes=self.cache.stats - before, flush_bytes=flushed,
                 events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
-                hbm_segments=_segments(self.hbm, hbm_log,
-                                       self.hbm_moved / max(self.hbm_charged, 1.0)),
-                l2_segments=_segments(self.l2, l2_log),
+                hbm_segments=_segments(self.hbm, hbm_log), l2_segments=_segments(self.l2, l2_log),
                 unit_s=prog.totals()["unit_s"].sum(axis=1),
                 issued=prog.totals()["work"].sum(axis=1),
             ))
@@ -202,14 +194,8 @@ class FullEngine:
         out = self.cache.access(tiles)
         hit, miss, written = (int(x) for x in out.sum(axis=0))
         if written:
-            self._hbm(written, 1.0, _nothing)  # write-backs: nobody waits
+            self.hbm.start(written, _nothing)  # write-backs: nobody waits
         return int(req.bytes[unit]), miss
-
-    def _hbm(self, nbytes: int, occupancy: float, done) -> None:
-        """Move ``nbytes`` through HBM, each taking ``occupancy`` bytes of its capacity."""
-        self.hbm_moved += nbytes
-        self.hbm_charged += nbytes * occupancy
-        self.hbm.start(nbytes * occupancy, done)
 
     def _load(self, phase: str, cta: int, unit: int, sm: int):
         """Issue the loads of one unit; returns the event of their arrival (or None)."""
@@ -230,7 +216,7 @@ class FullEngine:
         self.l2.start(total, part_done)
         self.ports[sm].start(total, part_done)
         if miss:
-            self._hbm(miss, self.occupancy, part_done)
+            self.hbm.start(miss, part_done)
         return arrived
 
     def _store(self, phase: str, cta: int, unit: int, sm: int, pending: list) -> None:
@@ -268,12 +254,10 @@ def _succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> 
     env.schedule(event, delay=delay)
 
 
-def _segments(pool: SharedBandwidth, first: int, moved: float = 1.0) -> np.ndarray:
-    """The pool's busy periods since log entry ``first`` as (start, end, bytes/s) rows;
-    ``moved``: the bytes it moved per byte of its capacity taken (HBM: below 1 where
-    misses took more, ``costs.miss_occupancy``)."""
+def _segments(pool: SharedBandwidth, first: int) -> np.ndarray:
+    """The pool's busy periods since log entry ``first`` as (start, end, bytes/s) rows."""
     log = pool.busy_log[first:]
     if not log:
         return np.zeros((0, 3))
     rows = np.array(log, dtype=np.float64)
-    return np.column_stack([rows, np.full(len(log), pool.rate * moved)])
+    return np.column_stack([rows, np.full(len(log), pool.rate)])
