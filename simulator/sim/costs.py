@@ -6,7 +6,24 @@ program, compute seconds, and — given its L2 misses — the four phases the fl
 Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port, bytes through HBM,
 busy seconds of its SM's units (``compute.busy_seconds``), and its critical path alone on
 the GPU (which counts each compute step's critical path, ``simulator.sim.compute``).
-"""
+
+**HBM with few bytes in flight** (``miss_occupancy``, both engines). A kernel whose
+resident CTAs have ``F`` bytes of loads in flight at a time gets HBM's rate ``B`` only if
+``F`` covers HBM's latency ``L``: a round of requests returns after the latency plus the
+departure of every byte ahead of it, ``L + F / B`` (the memory waiting period of Hong and
+Kim's analytical GPU model, ISCA 2009), so its misses move at ``B F / (F + L B)`` — Little's
+law with the queue. The engines charge each missed byte ``1 + L B / F`` bytes of HBM's
+capacity, which gives that rate when misses alone keep HBM busy, and leaves write-backs,
+which no CTA waits for, at full rate; the latency inside that charge is the load's own,
+not paid again after it (``full``). ``F`` (``inflight_bytes``) is the resident CTAs' loads
+ahead of the one they wait for — ``num_stages - 1`` iterations' loads, a one-shot CTA's
+first loads — counting every load in flight, hits included, with the preset's latency
+and effective rate: no constant of its own. The first wave's first loads are the
+exception: every CTA waits out their latency at once, before any byte moves, so they take
+HBM's capacity byte for byte (the fluid's latency phase; ``full``). On the H200 records
+decode's split kernel at N = 16k, d = 64 reaches 3.0 TB/s with 4.2 MB in flight and 4.3
+TB/s with 16.8 MB; the law gives 3.2 and 4.0 (BENCHMARKS.md, "HBM with few bytes in
+flight")."""
 
 from __future__ import annotations
 
@@ -25,6 +42,15 @@ FOLD = 0.05  # fold a CTA's short phases into its body below this share of it
 # sets them apart (BENCHMARKS.md, "The full engine's lock-step is knife-edge").
 LATENCY_SPREAD = 0.232
 _GOLDEN = 0.6180339887498949
+
+
+def miss_occupancy(hw: Hardware, inflight_bytes: float, scale=1.0):
+    """How many bytes of HBM's capacity one missed byte takes with ``inflight_bytes`` of
+    loads in flight: ``1 + L B / F`` (module docstring), with HBM's latency scaled by
+    ``scale`` (a CTA's ``latency_factor``, or an array of them); 1 with nothing in flight."""
+    if inflight_bytes <= 0:
+        return np.ones_like(np.asarray(scale, dtype=np.float64))
+    return 1.0 + scale * hw.hbm_latency_s * hw.hbm_effective_bytes_per_s / inflight_bytes
 
 
 def latency_factor(cta):
@@ -72,6 +98,19 @@ class CtaCosts:
         # Issued at the start: the prologue's loads and the first ``ahead`` iterations'.
         self.first_load = self.pre_load + np.minimum(self.n, self.ahead) * self.load_it
         self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
+
+    def inflight_bytes(self, slots: int) -> float:
+        """Bytes the kernel's ``slots`` resident CTAs have in flight at a time (module
+        docstring), averaged over its CTAs: each CTA's loads ahead of the one it waits for
+        — ``ahead`` iterations' in a loop, a one-shot CTA's first loads."""
+        ahead = np.where(self.n > 0, self.load_it * np.minimum(self.n, self.ahead),
+                         self.first_load)
+        return float(ahead.mean() * slots) if ahead.size else 0.0
+
+    def miss_occupancy(self, slots: int) -> np.ndarray:
+        """Per CTA, the HBM capacity one missed byte takes (``miss_occupancy`` with the
+        CTA's latency factor), the kernel's ``slots`` resident CTAs in flight."""
+        return miss_occupancy(self.hw, self.inflight_bytes(slots), self.latency_scale)
 
     def compulsory_misses(self, tensor_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A first guess of each CTA's (load misses, write-backs): an infinite cache.

@@ -15,8 +15,11 @@ from the step to the CTA phase:
   do on the GPU); the body; and the epilogue's stores, which the CTA waits for before it
   retires. After the first wave, CTAs start one by one as slots free, and their short
   phases are folded into the body when together they take under ``costs.FOLD`` of it. Each
-  phase needs ``B`` bytes through L2 and its SM's port, ``M`` through HBM (its L2
-  misses), ``K`` seconds of its SM's compute,
+  phase needs ``B`` bytes through L2 and its SM's port, ``M`` of HBM's capacity (its L2
+  misses, each taking ``costs.miss_occupancy`` bytes of it with its latency inside: a
+  later CTA's first misses have their latency phase join their transfer's path, while
+  the first wave's, which wait out their latency together, take it byte for byte),
+  ``K`` seconds of its SM's compute,
   and cannot be shorter than its critical path ``CP`` alone on the GPU. With ``s`` stages,
   iteration ``t``'s loads are issued when iteration ``t - s + 1`` has computed (Triton's
   order: ``full`` says how), so the loop runs at ``max(compute, (latency + transfer +
@@ -85,19 +88,23 @@ _FINISHED = 1e-9  # remaining fraction below which a phase is done
 class FluidKernel:
     """Fluid timing of one kernel's jobs on the GPU's slots (one SimPy process).
 
-    Job arrays are ``[jobs, phases]``; a phase with ``CP == 0`` is skipped. State lives in
-    a few packed arrays so that each event is one compiled call with few arguments.
+    Job arrays are ``[jobs, phases]``; a phase with ``CP == 0`` is skipped. ``M`` is the
+    HBM capacity a phase's misses take (``costs.miss_occupancy``), ``moved`` the bytes they
+    are (the HBM timeline's; ``M`` where omitted). State lives in a few packed arrays so
+    that each event is one compiled call with few arguments.
     """
 
-    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, queued_body: bool = False):
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, moved=None,
+                 queued_body: bool = False):
         self.hw, self.slots = hw, slots
         jobs, phases = B.shape
-        self.job = np.ascontiguousarray(np.stack([B, M, K, CP, W]), dtype=np.float64)
+        moved = M if moved is None else moved
+        self.job = np.ascontiguousarray(np.stack([B, M, K, CP, W, moved]), dtype=np.float64)
         # Per job: start, end, then when each phase began (skipped phases: when passed).
         self.times = np.zeros((jobs, 2 + phases))
         self.job_slot = np.zeros(jobs, dtype=np.int64)
         # Columns: the slots, then the write-back flow (column ``slots``): remaining, rate,
-        # B, M, K, CP of the phase (of the write-backs pending).
+        # B, M, K, CP, moved of the phase (of the write-backs pending).
         self.slot_f = np.zeros((_SF, slots + 1))
         self.slot_f[_S_CP] = np.inf
         self.slot_i = np.zeros((_SI, slots + 1), dtype=np.int64)  # job, phase, limit
@@ -155,8 +162,8 @@ class FluidKernel:
         return float(self.job_end.max() - self.job_start.min()) if self.job_end.size else 0.0
 
 
-_S_REM, _S_RATE, _S_B, _S_M, _S_K, _S_CP = range(6)  # rows of FluidKernel.slot_f
-_SF = 6
+_S_REM, _S_RATE, _S_B, _S_M, _S_K, _S_CP, _S_MOVED = range(7)  # rows of FluidKernel.slot_f
+_SF = 7
 _S_JOB, _S_PHASE, _S_LIMIT = range(3)  # rows of FluidKernel.slot_i
 _SI = 3
 _WRITING = -2  # slot_i[_S_JOB] of a write-back flow with bytes pending
@@ -187,6 +194,7 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body, sm_free, d
     slot_f[_S_REM, s] = 1.0
     for f in range(4):
         slot_f[_S_B + f, s] = job[f, j, phase]
+    slot_f[_S_MOVED, s] = job[5, j, phase]
     written = job[4, j, phase]
     if written > 0:
         w = slot_f.shape[1] - 1
@@ -196,7 +204,7 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body, sm_free, d
         slot_i[_S_JOB, w] = _WRITING
         slot_f[_S_REM, w] = 1.0
         slot_f[_S_B, w] = slot_f[_S_K, w] = 0.0
-        slot_f[_S_M, w] = pending
+        slot_f[_S_M, w] = slot_f[_S_MOVED, w] = pending
         slot_f[_S_CP, w] = pending / hbm_rate
         dirty[w % dirty.shape[0]] = True
     if queued_body and phase == BODY and job[2, j, phase] > 0:
@@ -225,7 +233,7 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
         for s in range(n_cols):
             if sjob[s] != -1:
                 l2 += rate[s] * slot_f[_S_B, s]
-                hbm += rate[s] * slot_f[_S_M, s]
+                hbm += rate[s] * slot_f[_S_MOVED, s]
                 if s < n_slots:
                     limit_s[limit[s]] += dt
                 rem[s] -= rate[s] * dt
@@ -318,8 +326,24 @@ class FluidEngine:
         fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
         burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
         burst[first[:slots]] = True
+        # The HBM capacity a missed byte takes (``costs.miss_occupancy``), but the first
+        # wave's first loads: their latency is a phase of its own.
+        charge = np.repeat(costs.miss_occupancy(slots)[:, None], 4, axis=1)
+        charge[burst, 1] = 1.0
+
+        def charged(phases):
+            # Any other CTA's first misses pay their latency inside the charge (as in the
+            # full engine): their latency phase joins their transfer's critical path.
+            B, M, K, CP, W = phases
+            inside = ~burst & (M[:, 1] > 0)
+            CP = CP.copy()
+            CP[inside, 1] += CP[inside, 0]
+            CP[inside, 0] = 0.0
+            return B, M * charge, K, CP, W, M
+
         phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
-        timed = self._fluid(slots, first, *(p.sum(axis=1, keepdims=True) for p in phases))
+        timed = self._fluid(slots, first,
+                            *(p.sum(axis=1, keepdims=True) for p in charged(phases)))
         events, tiles = timed.events, 0
         for attempt in range(2):
             start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
@@ -332,7 +356,7 @@ class FluidEngine:
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
                                             where=steps > 0), burst)
-            final = self._fluid(slots, first, *phases, queued_body=loopless)
+            final = self._fluid(slots, first, *charged(phases), queued_body=loopless)
             events += final.events
             if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
                 break  # one-shot CTAs: their order hardly depends on timing
@@ -360,15 +384,16 @@ class FluidEngine:
             issued=prog.totals()["work"].sum(axis=1),
         ))
 
-    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W,
+    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W, moved,
                queued_body: bool = False) -> FluidKernel:
-        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment.
+        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment;
+        ``M`` is the HBM capacity their misses take, ``moved`` their bytes (``FluidKernel``).
 
         A job of several CTAs has each phase summed over them: its latencies, then its
         first loads, its bodies, its last stores; or, where its SM can hide their
         latency and compute (``_fold_merged``), one phase of all of them.
         """
-        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP, W)]
+        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP, W, moved)]
         return FluidKernel(self.hw, slots,
                            *_fold_merged(jobs, first, B.shape[0], slots, self.hw),
                            queued_body=queued_body).run()
@@ -403,7 +428,7 @@ def _fold_merged(jobs: list[np.ndarray], first: np.ndarray, grid: int, slots: in
     """
     if jobs[0].shape[1] <= BODY or first.size == grid:
         return jobs
-    B, M, K, CP, W = jobs
+    B, M, K, CP, W = jobs[:5]
     merged = np.diff(np.append(first, grid)) > 1
     # One decision for the kernel (its merged jobs' bytes over their paths), not one per
     # job: jobs of one kernel differ in their misses, and a kernel of mixed jobs would be

@@ -22,7 +22,12 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   than it can write it to shared memory); the bytes that miss also cross HBM (effective
   HBM bandwidth). A load's data is there when all its transfers are done plus the latency
   of the farthest level it reached, scaled by its CTA's ``costs.latency_factor`` (near
-  and far L2 slices: without a spread, identical CTAs stay in lock-step). Write-backs of
+  and far L2 slices: without a spread, identical CTAs stay in lock-step). With few bytes
+  in flight HBM does not reach its rate (``costs``, Little's law with the queue): each
+  missed byte takes ``costs.miss_occupancy`` bytes of its capacity, the CTA's latency
+  inside, so a miss's data is there when HBM has moved its charge, or its latency after
+  its transfers at the rate it got, whichever is later: a lone load pays the latency once,
+  one in a queue has paid it queueing. Write-backs of
   evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
   and are not waited for, except that a CTA retires only once its stores have been
   accepted by L2.
@@ -44,7 +49,7 @@ import simpy
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import SharedBandwidth, sm_port_bytes_per_s
-from simulator.sim.costs import latency_factor
+from simulator.sim.costs import CtaCosts, latency_factor
 from simulator.sim.l2 import TILE_FIELDS, L2Cache
 from simulator.sim.program import KernelProgram, Phase
 from simulator.sim.record import CountingEnvironment, KernelRun
@@ -118,11 +123,16 @@ class FullEngine:
             self.cta_end = np.zeros(prog.grid)
             self.cta_slot = np.zeros(prog.grid, dtype=np.int64)
             slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
+            costs = CtaCosts(prog, hw, self.stages, self.cache.layout.rows.size)
+            # The HBM capacity a missed byte takes, per CTA (``costs.miss_occupancy``);
+            # the first wave's first loads (CTAs below ``slots``) take it byte for byte.
+            self.first_wave, self.occupancy = slots, costs.miss_occupancy(slots).tolist()
+            self.hbm_moved = self.hbm_charged = 0.0
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
             flushed = self.cache.flush()
             if i < len(self.programs) - 1:  # record.KernelRun: why, and why not after the last
                 if flushed:
-                    self.hbm.start(flushed, _nothing)
+                    self._hbm(flushed, 1.0, _nothing)
                 yield self.hbm.idle()  # write-backs in flight finish before the next kernel
             self.runs.append(KernelRun(
                 name=prog.name, launch_s=launch, start_s=start, end_s=self.env.now,
@@ -131,7 +141,9 @@ class FullEngine:
                 cta_end=self.cta_end, cta_slot=self.cta_slot,
                 tensor_bytes=self.cache.stats - before, flush_bytes=flushed,
                 events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
-                hbm_segments=_segments(self.hbm, hbm_log), l2_segments=_segments(self.l2, l2_log),
+                hbm_segments=_segments(self.hbm, hbm_log,
+                                       self.hbm_moved / max(self.hbm_charged, 1.0)),
+                l2_segments=_segments(self.l2, l2_log),
                 unit_s=prog.totals()["unit_s"].sum(axis=1),
                 issued=prog.totals()["work"].sum(axis=1),
             ))
@@ -151,9 +163,10 @@ class FullEngine:
     def _cta(self, cta: int, sm: int):
         prog, stages = self.prog, self.stages
         pending = [0, None]  # stores in flight, event to wake the CTA when they are done
-        first_loads = self._load("pre", cta, cta, sm)
+        first = cta < self.first_wave  # waiting out its first loads' latency with all
+        first_loads = self._load("pre", cta, cta, sm, first)
         units = prog.loop_units(cta)
-        ahead = deque(self._load("loop", cta, units[t], sm)
+        ahead = deque(self._load("loop", cta, units[t], sm, first)
                       for t in range(min(len(units), stages - 1)))
         if first_loads is not None:
             yield first_loads
@@ -194,29 +207,49 @@ class FullEngine:
         out = self.cache.access(tiles)
         hit, miss, written = (int(x) for x in out.sum(axis=0))
         if written:
-            self.hbm.start(written, _nothing)  # write-backs: nobody waits
+            self._hbm(written, 1.0, _nothing)  # write-backs: nobody waits
         return int(req.bytes[unit]), miss
 
-    def _load(self, phase: str, cta: int, unit: int, sm: int):
-        """Issue the loads of one unit; returns the event of their arrival (or None)."""
+    def _hbm(self, nbytes: int, occupancy: float, done) -> None:
+        """Move ``nbytes`` through HBM, each taking ``occupancy`` bytes of its capacity."""
+        self.hbm_moved += nbytes
+        self.hbm_charged += nbytes * occupancy
+        self.hbm.start(nbytes * occupancy, done)
+
+    def _load(self, phase: str, cta: int, unit: int, sm: int, first: bool = False):
+        """Issue the loads of one unit (``first``: a first-wave CTA's first loads); returns
+        the event of their arrival (or None)."""
         moved = self._access(phase, LOAD, cta, unit)
         if moved is None:
             return None
         total, miss = moved
         arrived = self.env.event()
-        latency = ((self.hw.hbm_latency_s if miss else self.hw.l2_latency_s)
-                   * self.latency_scale[cta])
+        scale = self.latency_scale[cta]
+        latency = (self.hw.hbm_latency_s if miss else self.hw.l2_latency_s) * scale
+        occupancy = 1.0 if first else self.occupancy[cta]
+        issued = self.env.now
         parts = [3 if miss else 2]
+        ready = [issued]  # when the latency starts: the last transfer's end, uncharged
+
+        def transferred(end: float) -> None:
+            parts[0] -= 1
+            ready[0] = max(ready[0], end)
+            if not parts[0]:  # the latency after the transfers, or the charge if later
+                now = self.env.now
+                _succeed_after(self.env, arrived, max(ready[0] + latency, now) - now)
 
         def part_done() -> None:
-            parts[0] -= 1
-            if not parts[0]:
-                _succeed_after(self.env, arrived, latency)
+            transferred(self.env.now)
+
+        def hbm_done() -> None:
+            # HBM moved ``miss * occupancy`` bytes since the issue: its transfer at the rate
+            # it got took the occupancy's share of that time, the rest the latency.
+            transferred(issued + (self.env.now - issued) / occupancy)
 
         self.l2.start(total, part_done)
         self.ports[sm].start(total, part_done)
         if miss:
-            self.hbm.start(miss, part_done)
+            self._hbm(miss, occupancy, hbm_done)
         return arrived
 
     def _store(self, phase: str, cta: int, unit: int, sm: int, pending: list) -> None:
@@ -254,10 +287,12 @@ def _succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> 
     env.schedule(event, delay=delay)
 
 
-def _segments(pool: SharedBandwidth, first: int) -> np.ndarray:
-    """The pool's busy periods since log entry ``first`` as (start, end, bytes/s) rows."""
+def _segments(pool: SharedBandwidth, first: int, moved: float = 1.0) -> np.ndarray:
+    """The pool's busy periods since log entry ``first`` as (start, end, bytes/s) rows;
+    ``moved``: the bytes it moved per byte of its capacity taken (HBM: below 1 where
+    misses took more, ``costs.miss_occupancy``)."""
     log = pool.busy_log[first:]
     if not log:
         return np.zeros((0, 3))
     rows = np.array(log, dtype=np.float64)
-    return np.column_stack([rows, np.full(len(log), pool.rate)])
+    return np.column_stack([rows, np.full(len(log), pool.rate * moved)])
