@@ -4,7 +4,8 @@ A kernel whose resident CTAs keep ``F`` bytes in flight moves its misses at
 ``B F / (F + L B)`` (``simulator.sim.costs``): each missed byte takes ``1 + L B / F`` bytes of
 HBM's capacity. Decode's split kernel streams K and V once (every load misses), so its
 simulated DRAM rate must follow that law, and the HBM timeline must still carry the bytes
-DRAM really moved.
+DRAM really moved. That the latency inside the charge is not paid again after it (a lone
+CTA waits one latency per load) is ``test_sim_compute``'s two-stage test, in both engines.
 """
 
 from __future__ import annotations
