@@ -92,15 +92,14 @@ class FluidKernel:
 
     Job arrays are ``[jobs, phases]``; a phase with ``CP == 0`` is skipped. ``M`` is the
     HBM capacity a phase's misses take (``costs.miss_occupancy``), ``moved`` the bytes they
-    are (the HBM timeline's; ``M`` where omitted). State lives in a few packed arrays so
+    are (the HBM timeline's). State lives in a few packed arrays so
     that each event is one compiled call with few arguments.
     """
 
-    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, moved=None,
+    def __init__(self, hw: Hardware, slots: int, B, M, K, CP, W, moved,
                  queued_body: bool = False):
         self.hw, self.slots = hw, slots
         jobs, phases = B.shape
-        moved = M if moved is None else moved
         self.job = np.ascontiguousarray(np.stack([B, M, K, CP, W, moved]), dtype=np.float64)
         # Per job: start, end, then when each phase began (skipped phases: when passed).
         self.times = np.zeros((jobs, 2 + phases))

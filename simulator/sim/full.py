@@ -49,7 +49,7 @@ import simpy
 
 from simulator.hardware import Hardware
 from simulator.sim.bandwidth import SharedBandwidth, sm_port_bytes_per_s
-from simulator.sim.costs import CtaCosts, latency_factor
+from simulator.sim.costs import CtaCosts
 from simulator.sim.l2 import TILE_FIELDS, L2Cache
 from simulator.sim.program import KernelProgram, Phase
 from simulator.sim.record import CountingEnvironment, KernelRun
@@ -111,7 +111,8 @@ class FullEngine:
             start, before = self.env.now, self.cache.stats.copy()
             hbm_log, l2_log = len(self.hbm.busy_log), len(self.l2.busy_log)
             self.prog = prog
-            self.latency_scale = latency_factor(np.arange(prog.grid)).tolist()
+            costs = CtaCosts(prog, hw, self.stages, self.cache.layout.rows.size)
+            self.latency_scale = costs.latency_scale.tolist()  # costs.latency_factor
             self.req = {
                 (phase, kind): _Requests(getattr(prog, phase), kind,
                                          prog.plane_offset if phase == "loop" else None)
@@ -123,7 +124,6 @@ class FullEngine:
             self.cta_end = np.zeros(prog.grid)
             self.cta_slot = np.zeros(prog.grid, dtype=np.int64)
             slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
-            costs = CtaCosts(prog, hw, self.stages, self.cache.layout.rows.size)
             # The HBM capacity a missed byte takes, per CTA (``costs.miss_occupancy``);
             # the first wave's first loads (CTAs below ``slots``) take it byte for byte.
             self.first_wave, self.occupancy = slots, costs.miss_occupancy(slots).tolist()
