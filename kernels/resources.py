@@ -124,6 +124,10 @@ class KernelResources:
     # the loop body's matmuls (into the buffer they have just read). None without such loop.
     loads_in_flight: int | None = None
     loads_issued_after_compute: bool | None = None
+    # Local-memory (spill) bytes per thread that one iteration of the main loop loads and
+    # stores (``loop_local_bytes``, from the SASS); None without a loop with matmuls.
+    spill_load_bytes_per_iteration: int | None = None
+    spill_store_bytes_per_iteration: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -289,20 +293,77 @@ def _alignment_hints(signature: dict) -> dict:
 
 
 def _cuobjdump_usage(cubin: bytes) -> tuple[int | None, int | None]:
-    """(registers per thread, local-memory bytes) from the bundled cuobjdump, or Nones."""
+    """(registers per thread, local-memory bytes per thread) from the bundled cuobjdump, or
+    Nones. The local bytes are the stack frame (``STACK``: where ptxas puts the registers it
+    spills; a Triton kernel makes no calls, so its frame is nothing else) plus any local
+    arrays (``LOCAL``). ``LOCAL`` alone is 0 for a spilling kernel: read as the spill size
+    until 2026-12-02, it reported none where the H200 records' L2 writes show kilobytes
+    per loop iteration (BENCHMARKS.md, "Register spills")."""
+    out = _cuobjdump(cubin, "--dump-resource-usage")
+    if out is None:
+        return None, None
+    reg = re.search(r"REG:(\d+)", out)
+    frame = [int(m.group(1)) for key in ("STACK", "LOCAL")
+             if (m := re.search(rf"{key}:(\d+)", out))]
+    return (int(reg.group(1)) if reg else None, sum(frame) if frame else None)
+
+
+def _cuobjdump(cubin: bytes, flag: str) -> str | None:
+    """The bundled cuobjdump's output for ``flag`` on ``cubin``; None without the tool."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if not tool.exists():
-        return None, None
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        out = subprocess.run([str(tool), "--dump-resource-usage", str(path)],
-                             capture_output=True, text=True, check=False).stdout
-    reg = re.search(r"REG:(\d+)", out)
-    local = re.search(r"LOCAL:(\d+)", out)
-    return (int(reg.group(1)) if reg else None, int(local.group(1)) if local else None)
+        return subprocess.run([str(tool), flag, str(path)],
+                              capture_output=True, text=True, check=False).stdout
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_SASS_BACK_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)\s*$")
+_SASS_LOCAL = re.compile(r"^(?:@!?U?P\w+\s+)?(STL|LDL)(\.[\w.]+)?\s")
+_SASS_MMA = re.compile(r"\b(?:HGMMA|HMMA)\b")
+
+
+def spill_traffic(cubin: bytes) -> tuple[int | None, int | None]:
+    """``loop_local_bytes`` of a cubin's SASS (the bundled cuobjdump disassembles it), or
+    Nones without the tool or a loop with matmuls."""
+    sass = _cuobjdump(cubin, "-sass")
+    found = loop_local_bytes(sass) if sass else None
+    return found if found is not None else (None, None)
+
+
+def loop_local_bytes(sass: str) -> tuple[int, int] | None:
+    """``(loaded, stored)`` local-memory bytes per thread in one iteration of a kernel's
+    main loop, from its SASS: the spill traffic of every iteration.
+
+    Loops are the spans a backward branch closes; the main loop is the innermost one with
+    matmuls (``HGMMA``/``HMMA``) that spills the most (the causal kernels have a masked and
+    an unmasked copy of their loop). Each ``LDL``/``STL`` counts its width: 4 bytes, or
+    8/16 with ``.64``/``.128``. None if the SASS has no loop with matmuls.
+    """
+    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
+    loops = [(int(m.group(1), 16), addr) for addr, op in code
+             if (m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr]
+    innermost = [(lo, hi) for lo, hi in loops
+                 if not any(lo < a and b < hi for a, b in loops if (a, b) != (lo, hi))]
+    best = None
+    for lo, hi in innermost:
+        body = [op for addr, op in code if lo <= addr <= hi]
+        if not any(_SASS_MMA.search(op) for op in body):
+            continue
+        moved = {"LDL": 0, "STL": 0}
+        for op in body:
+            if m := _SASS_LOCAL.match(op):
+                mods = m.group(2) or ""
+                moved[m.group(1)] += 16 if ".128" in mods else 8 if ".64" in mods else 4
+        found = (moved["LDL"], moved["STL"])
+        if best is None or sum(found) > sum(best):
+            best = found
+    return best
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,
@@ -333,11 +394,14 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,
                                error=(message[-1] if message else type(exc).__name__)[:200])
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
+    per_iteration = spill_traffic(compiled.asm["cubin"])
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     in_flight, after_compute = loop_pipeline(ttgir)
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
                            mma_layouts=dot_layouts(ttgir), loads_in_flight=in_flight,
                            loads_issued_after_compute=after_compute,
+                           spill_load_bytes_per_iteration=per_iteration[0],
+                           spill_store_bytes_per_iteration=per_iteration[1],
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -402,7 +466,8 @@ def _well_typed(result: dict) -> bool:
     """Counts are integers (or null), ratios numbers (or null), the error text or null:
     what ``compile_one`` writes, so that a hand-edited line cannot feed nonsense on."""
     counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
-              "wgmma_rs_ops", "loads_in_flight")
+              "wgmma_rs_ops", "loads_in_flight", "spill_load_bytes_per_iteration",
+              "spill_store_bytes_per_iteration")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)

@@ -301,3 +301,70 @@ def test_loop_pipeline_reads_waits_and_order():
         "scf.yield", "%d2 = tt.dot %p, %q, %a\n      scf.yield")
     assert resources.loop_pipeline(before) == (3, False)
     assert resources.loop_pipeline("tt.func @f() {\n  tt.return\n}\n") == (None, None)
+
+
+def test_loop_local_bytes_counts_the_spilling_loop_by_hand():
+    """``loop_local_bytes`` on hand-written SASS: the innermost loop with a matmul that
+    moves the most local memory, each access at its width (predicated ones too); a loop
+    without matmuls and the code outside loops do not count."""
+    sass = """
+        /*0000*/                   STL.128 [R1], R4 ;
+        /*0010*/                   LDL R2, [R1] ;
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R8, gdesc[UR4], R8 ;
+        /*0030*/                   STL.64 [R1+0x8], R6 ;
+        /*0040*/              @!P0 LDL.LU.64 R2, [R1+0x10] ;
+        /*0050*/                   LDL.128 R12, [R1+0x20] ;
+        /*0060*/              @!P2 BRA 0x20 ;
+        /*0070*/                   STL [R1+0x4], R0 ;
+        /*0080*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0090*/                   STL [R1+0x8], R0 ;
+        /*00a0*/               @P1 BRA 0x70 ;
+        /*00b0*/                   STL.128 [R1], R4 ;
+        /*00c0*/                   STL.128 [R1], R4 ;
+        /*00d0*/                   BRA 0xb0 ;
+        /*00e0*/                   EXIT ;
+    """
+    # first loop: loads 8 + 16, stores 8; second: stores 4 + 4; third: no matmul
+    assert resources.loop_local_bytes(sass) == (24, 8)
+    assert resources.loop_local_bytes(sass.replace("HGMMA", "FADD")) == (0, 8)
+    assert resources.loop_local_bytes("/*0000*/  EXIT ;") is None
+
+
+# Both from the H200 records (validation/records/h200-default-2026-11-30.jsonl): the first
+# stored 30-116 times its outputs' bytes through L2, ~15 KB per loop iteration of a CTA,
+# the second exactly its outputs.
+SPILLING = ("fa2_fwd", 128, Tiling(block_m=128, block_n=64, num_stages=2, num_warps=4),
+            "fa2-fwd-b4-h16-q4096-k4096-d128-bf16-m128-n64-s2-w4")
+NOT_SPILLING = ("fa2_bwd_dkdv", 64, Tiling(block_m=64, block_n=64, num_stages=2, num_warps=4),
+                "fa2-bwd-b4-h16-q4096-k4096-d64-bf16-m64-n64-s2-w4")
+
+
+def test_spills_read_from_the_compile_show_in_the_h200_l2_writes():
+    """The stack frame ptxas spills into (cuobjdump's STACK; its LOCAL column is 0 for a
+    spilling kernel) and the main loop's spill traffic (``loop_local_bytes``) are there
+    exactly where the H200's L2 took more writes from the SMs than the kernel's outputs:
+    spill stores pass through L1 to L2. Triton here is not the device's, so the bytes are
+    compared in kind, not to the byte."""
+    from pathlib import Path
+
+    from validation.records import read_records
+
+    records = {r["record_id"]: r for r in read_records(
+        Path(__file__).parent.parent / "validation/records/h200-default-2026-11-30.jsonl")[0]}
+    for kernel, head_dim, tiling, record_id in (SPILLING, NOT_SPILLING):
+        (r,) = resources.measure([kernel], archs=(90,), dtype="bf16", head_dim=head_dim,
+                                 tilings=[tiling])
+        rec = records[record_id]
+        p = rec["problem"]
+        (counted,) = [k for k in rec["counters"]["kernels"] if k["name"] == kernel]
+        if kernel == "fa2_fwd":  # O and its row statistics
+            outputs = p["batch"] * p["heads"] * p["seq_q"] * (p["head_dim"] * 2 + 4)
+        else:  # dK and dV
+            outputs = 2 * p["batch"] * p["kv_heads"] * p["seq_kv"] * p["head_dim"] * 2
+        extra = counted["l2_write_sectors"] * 32 / outputs - 1
+        if kernel == SPILLING[0]:
+            assert extra > 10 and r.spill_bytes > 0
+            assert r.spill_load_bytes_per_iteration > 0 < r.spill_store_bytes_per_iteration
+        else:
+            assert abs(extra) < 0.01 and r.spill_bytes == 0
+            assert r.spill_load_bytes_per_iteration == 0 == r.spill_store_bytes_per_iteration

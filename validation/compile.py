@@ -198,6 +198,20 @@ def _registers(compiled) -> tuple[int | None, int | None]:
         return None, None
 
 
+def _spill_traffic(compiled) -> tuple[int | None, int | None]:
+    """(loaded, stored) spill bytes per thread per main-loop iteration; Nones if unreadable
+    (like ``_registers``: a missing fact must not cost the device run anything)."""
+    cubin = compiled.asm.get("cubin")
+    if not cubin:
+        return None, None
+    try:
+        from kernels.resources import spill_traffic
+
+        return spill_traffic(cubin)
+    except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
+        return None, None
+
+
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:
     """Worker: compile one config's kernels into Triton's on-disk cache (GPU machine).
     Returns the schedule, the compile key, seconds, the error if any, and the facts of the

@@ -138,6 +138,14 @@ def _mma_kind(r) -> str:
     return "+".join(kinds) or "-"
 
 
+def _spill_per_iteration(r) -> str:
+    """Spilled bytes per thread loaded / stored by one main-loop iteration, or '-'."""
+    loaded, stored = r.spill_load_bytes_per_iteration, r.spill_store_bytes_per_iteration
+    if loaded is None or stored is None:
+        return "-"
+    return f"{loaded}/{stored}" if loaded or stored else "0"
+
+
 def _print_table(records, args: argparse.Namespace) -> None:
     from rich.table import Table
 
@@ -148,14 +156,14 @@ def _print_table(records, args: argparse.Namespace) -> None:
     limit = _operand_limit(args.dtype)
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
-                "spill bytes", "mma", "operand B/FLOP", "fits"):
+                "spill bytes", "spill B/iter", "mma", "operand B/FLOP", "fits"):
         table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for r in records:
         if r.error:
-            tail = ["-", "-", "-", "-", "-", "[red]error[/red]"]
+            tail = ["-", "-", "-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    _mma_kind(r), _operand_demand(r, limit),
+                    _spill_per_iteration(r), _mma_kind(r), _operand_demand(r, limit),
                     "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
                       str(r.num_stages), str(r.num_warps), *tail)
@@ -165,6 +173,10 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
+    if any(r.spill_bytes for r in records if not r.error):
+        note = ("spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
+                "bytes per thread the main loop loads / stores from it every iteration")
+        table.caption = f"{table.caption}\n{note}" if table.caption else note
     output_console(width=170).print(table)
 
 
