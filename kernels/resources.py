@@ -340,10 +340,11 @@ def loop_local_bytes(sass: str) -> tuple[int, int] | None:
     """``(loaded, stored)`` local-memory bytes per thread in one iteration of a kernel's
     main loop, from its SASS: the spill traffic of every iteration.
 
-    Loops are the spans a backward branch closes; the main loop is the innermost one with
-    matmuls (``HGMMA``/``HMMA``) that spills the most (the causal kernels have a masked and
-    an unmasked copy of their loop). Each ``LDL``/``STL`` counts its width: 4 bytes, or
-    8/16 with ``.64``/``.128``. None if the SASS has no loop with matmuls.
+    Loops are the spans a backward branch closes; the kernels' innermost loops with matmuls
+    (``HGMMA``/``HMMA``) are copies of one loop body, masked and unmasked, and the SASS does
+    not say which copy runs most, so the one that spills least is taken: what every
+    iteration moves at least. Each ``LDL``/``STL`` counts its width: 4 bytes, or 8/16 with
+    ``.64``/``.128``. None if the SASS has no loop with matmuls.
     """
     code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
     loops = [(int(m.group(1), 16), addr) for addr, op in code
@@ -361,7 +362,7 @@ def loop_local_bytes(sass: str) -> tuple[int, int] | None:
                 mods = m.group(2) or ""
                 moved[m.group(1)] += 16 if ".128" in mods else 8 if ".64" in mods else 4
         found = (moved["LDL"], moved["STL"])
-        if best is None or sum(found) > sum(best):
+        if best is None or sum(found) < sum(best):
             best = found
     return best
 

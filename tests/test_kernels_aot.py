@@ -304,9 +304,9 @@ def test_loop_pipeline_reads_waits_and_order():
 
 
 def test_loop_local_bytes_counts_the_spilling_loop_by_hand():
-    """``loop_local_bytes`` on hand-written SASS: the innermost loop with a matmul that
-    moves the most local memory, each access at its width (predicated ones too); a loop
-    without matmuls and the code outside loops do not count."""
+    """``loop_local_bytes`` on hand-written SASS: of the innermost loops with a matmul, the
+    one that moves the least local memory, each access at its width (predicated ones too);
+    a loop without matmuls and the code outside loops do not count."""
     sass = """
         /*0000*/                   STL.128 [R1], R4 ;
         /*0010*/                   LDL R2, [R1] ;
@@ -325,8 +325,8 @@ def test_loop_local_bytes_counts_the_spilling_loop_by_hand():
         /*00e0*/                   EXIT ;
     """
     # first loop: loads 8 + 16, stores 8; second: stores 4 + 4; third: no matmul
-    assert resources.loop_local_bytes(sass) == (24, 8)
-    assert resources.loop_local_bytes(sass.replace("HGMMA", "FADD")) == (0, 8)
+    assert resources.loop_local_bytes(sass) == (0, 8)
+    assert resources.loop_local_bytes(sass.replace("HMMA", "FADD")) == (24, 8)
     assert resources.loop_local_bytes("/*0000*/  EXIT ;") is None
 
 

@@ -275,3 +275,43 @@ def test_a_broken_triton_is_one_line(monkeypatch):
                                            "libcuda.so") as info:
         compile_resources(NAIVE, [TILING], "naive", H200)
     assert "\n" not in str(info.value)
+
+
+def test_spilled_registers_take_the_l1_data_path_every_iteration():
+    """A loop that spills ``s`` bytes per thread per iteration moves ``s x threads`` more
+    bytes through the SM's L1 data path (the ``smem`` unit, at 128 B/clk) in every
+    iteration, nothing else changes, and the kernel gets slower; records carry the bytes
+    as the device compile's loaded and stored spills."""
+    import numpy as np
+
+    from simulator.sim.compute import UNITS
+    from simulator.sim.program import schedule_programs
+    from traces.schedules import build_schedule
+
+    problem = AttentionProblem(batch=1, heads=8, seq_q=2048, head_dim=128)
+    tiling = Tiling(128, 64, 2, 4)
+    schedule = build_schedule(problem, tiling, "fa2")
+    given = {"fa2_fwd": CompiledResources(255, 98304)}
+    spilled = {"fa2_fwd": CompiledResources(255, 98304, spill_bytes_per_iteration=236)}
+    (plain,), (spill,) = (schedule_programs(schedule, H200, compiled=c)
+                          for c in (given, spilled))
+    smem = UNITS.index("smem")
+    rate = H200.smem_bandwidth_bytes_per_clk_per_sm * H200.sm_clock_hz
+    extra = spill.loop.unit_s[smem] - plain.loop.unit_s[smem]
+    assert np.allclose(extra, 236 * tiling.threads / rate)
+    others = [u for u in range(len(UNITS)) if u != smem]
+    assert np.array_equal(spill.loop.unit_s[others], plain.loop.unit_s[others])
+    assert np.array_equal(spill.pre.unit_s, plain.pre.unit_s)
+    assert (spill.loop.compute_s > plain.loop.compute_s).all()
+    slow, _ = predict(problem, tiling, "fa2", H200, compiled=spilled)
+    fast, _ = predict(problem, tiling, "fa2", H200, compiled=given)
+    assert slow["time_s"] > fast["time_s"]
+    assert slow["bytes"]["global_read"] == fast["bytes"]["global_read"]
+
+    facts = [{"name": "fa2_fwd", "shared_bytes": 98304, "registers": 255,
+              "spill_load_bytes_per_iteration": 224, "spill_store_bytes_per_iteration": 12}]
+    rec = {"problem": problem.to_dict(), "tiling": tiling.to_dict(), "schedule": "fa2",
+           "kernel_facts": facts}
+    assert compiled_resources(rec) == spilled
+    del facts[0]["spill_store_bytes_per_iteration"]
+    assert compiled_resources(rec) == given

@@ -36,7 +36,8 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
 
 def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
-    compile's registers and shared memory); None if it has neither for any kernel, or if
+    compile's registers, shared memory and, in records from 2026-12-02 on, its main loop's
+    spill traffic); None if it has neither for any kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
     of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
     from simulator.occupancy import CompiledResources
@@ -47,9 +48,12 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
         return None
     found = {}
     for fact in rec.get("kernel_facts") or ():
+        loaded, stored = (fact.get(f"spill_{kind}_bytes_per_iteration")
+                          for kind in ("load", "store"))
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
-            None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]))
+            None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
+            None if loaded is None or stored is None else int(loaded) + int(stored))
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

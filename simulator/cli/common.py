@@ -100,9 +100,16 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                                f"max_registers_per_thread {hw.max_registers_per_thread}")
         failed = [r for r in rows.values() if r.error]
         out.append(f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
-                   if failed else {name: CompiledResources(r.registers, r.shared_bytes)
+                   if failed else {name: CompiledResources(r.registers, r.shared_bytes,
+                                                           _spill_per_iteration(r))
                                    for name, r in rows.items()})
     return out
+
+
+def _spill_per_iteration(r) -> int | None:
+    """Spill bytes per thread the main loop loads plus stores each iteration, or None."""
+    loaded, stored = r.spill_load_bytes_per_iteration, r.spill_store_bytes_per_iteration
+    return None if loaded is None or stored is None else loaded + stored
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

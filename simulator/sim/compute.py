@@ -19,9 +19,12 @@ divided evenly over the SMs:
   busy and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the
   warps stalled on short-scoreboard waits; Nsight Compute's shared-memory bytes of the
   records' mma.sync kernels are the reads plus the staging (``tests/test_mma_layout.py``).
-  wgmma reads its operands in the tensor core, which its rate already covers, so for it
-  this unit is idle (its staging is not timed either: the wgmma kernels' shared-memory
-  pipe was 30-55% busy in the profiles, not what bounds them).
+  Registers a loop spills to local memory and loads back every iteration
+  (``occupancy.CompiledResources.spill_bytes_per_iteration``, read from the compile) take
+  the same L1 data path, in any kernel. wgmma reads its operands in the tensor core, which
+  its rate already covers, so for it this unit is otherwise idle (its staging is not
+  timed either: the wgmma kernels' shared-memory pipe was 30-55% busy in the profiles, not
+  what bounds them).
 
 Overlap model. An SM is ``sm_subpartitions`` processing blocks, each with its own tensor
 core, exp unit and ALUs and its own warps (the architecture whitepapers); a CTA's warps are

@@ -18,7 +18,9 @@ iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and th
 memory of one SM (for a kernel whose matmuls are mma.sync: their operand reads, and its
 tiles' staging — each loaded tile written into shared memory, each stored tile written and
 read back for coalesced stores — charged to the phase's first compute step, or to a step of
-its own in a phase without one; ``staged_bytes``), into busy seconds (how long the SM's
+its own in a phase without one; ``staged_bytes``; and, in any kernel whose compile says so,
+the registers its loop spills to local memory and loads back every iteration, which pass
+through the same L1 data path), into busy seconds (how long the SM's
 units are occupied, ``compute.busy_seconds``) and into critical-path seconds (how long the
 CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
@@ -125,11 +127,13 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 
 
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
-              hw: Hardware, wgmma: bool, costs: MatmulCosts, staging: bool = False) -> Phase:
+              hw: Hardware, wgmma: bool, costs: MatmulCosts, staging: bool = False,
+              spilled: float = 0.0) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
     for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``);
     ``costs``: what the compiler's warp layout adds to its compute steps (replicated work
-    and, with mma.sync, shared-memory reads: ``mma_layout.matmul_costs``)."""
+    and, with mma.sync, shared-memory reads: ``mma_layout.matmul_costs``); ``spilled``:
+    local-memory bytes every unit moves through the L1 data path (spills)."""
     values, masks = evaluated
     units = masks.shape[1]
     names = schedule.tensor_names
@@ -159,6 +163,8 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
                                for s in accesses], dtype=np.int64)
         staged = staged_bytes(phase, tile_bytes).astype(np.float64)
+    if spilled:
+        staged = (0.0 if staged is None else staged) + np.full(units, float(spilled))
     computes = [k for k, step in enumerate(steps) if not isinstance(step, Access)]
     for n, k in enumerate(computes or [None]):
         if k is None:  # a phase without compute: its staging alone
@@ -187,7 +193,8 @@ def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
 def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
                    compress: bool = True, compiled=None) -> KernelProgram:
     """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop;
-    ``compiled``: the compiler's registers and shared memory by kernel name, where given."""
+    ``compiled``: the compiler's registers, shared memory and spill traffic by kernel name,
+    where given."""
     res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw, compiled)
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
@@ -201,8 +208,10 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
+    given = (compiled or {}).get(kernel.name)
+    spill = (given.spill_bytes_per_iteration or 0) if given is not None else 0
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
-                     costs, staging)
+                     costs, staging, spill * schedule.tiling.threads)
     loop.path_s += hw.iteration_overhead_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
