@@ -42,7 +42,7 @@ class CompiledResources:
     registers_per_thread: int | None = None
     shared_bytes: int | None = None
     # Local-memory bytes per thread one iteration of the main loop loads plus stores: the
-    # registers it spills and reloads (``kernels.resources.loop_local_bytes``). They pass
+    # registers it spills and reloads (``kernels.resources.main_loop``). They pass
     # through the SM's L1 data path, which shared memory uses too (``simulator.sim.program``).
     spill_bytes_per_iteration: int | None = None
 

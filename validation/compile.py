@@ -198,18 +198,19 @@ def _registers(compiled) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _spill_traffic(compiled) -> tuple[int | None, int | None]:
-    """(loaded, stored) spill bytes per thread per main-loop iteration; Nones if unreadable
-    (like ``_registers``: a missing fact must not cost the device run anything)."""
+def _main_loop(compiled) -> tuple[int | None, int | None, int | None]:
+    """(instructions per warp, spill bytes loaded and stored per thread) of one main-loop
+    iteration; Nones if unreadable (like ``_registers``: a missing fact must not cost the
+    device run anything)."""
     cubin = compiled.asm.get("cubin")
     if not cubin:
-        return None, None
+        return None, None, None
     try:
-        from kernels.resources import spill_traffic
+        from kernels.resources import main_loop_costs
 
-        return spill_traffic(cubin)
+        return main_loop_costs(cubin)
     except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
-        return None, None
+        return None, None, None
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

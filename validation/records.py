@@ -37,10 +37,11 @@ TIMING_KEYS = ("median_s", "p20_s", "p80_s")
 KERNEL_COUNTER_KEYS = tuple(METRICS.values())
 COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
 FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
-             "wgmma_smem_bytes_per_flop_max", "loads_in_flight",
+             "wgmma_smem_bytes_per_flop_max", "loads_in_flight", "loop_instructions",
              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration")
 COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "loads_in_flight",
-                   "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration")
+                   "loop_instructions", "spill_load_bytes_per_iteration",
+                   "spill_store_bytes_per_iteration")
 
 
 class RecordError(ProblemError):

@@ -156,14 +156,15 @@ def _print_table(records, args: argparse.Namespace) -> None:
     limit = _operand_limit(args.dtype)
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
-                "spill bytes", "spill B/iter", "mma", "operand B/FLOP", "fits"):
+                "spill bytes", "spill B/iter", "loop instr", "mma", "operand B/FLOP", "fits"):
         table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for r in records:
         if r.error:
-            tail = ["-", "-", "-", "-", "-", "-", "[red]error[/red]"]
+            tail = ["-", "-", "-", "-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    _spill_per_iteration(r), _mma_kind(r), _operand_demand(r, limit),
+                    _spill_per_iteration(r), str(r.loop_instructions or "-"), _mma_kind(r),
+                    _operand_demand(r, limit),
                     "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
                       str(r.num_stages), str(r.num_warps), *tail)
@@ -173,10 +174,11 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
-    if any(r.spill_bytes for r in records if not r.error):
-        note = ("spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
-                "bytes per thread the main loop loads / stores from it every iteration")
-        table.caption = f"{table.caption}\n{note}" if table.caption else note
+    note = ("loop instr: instructions a warp issues per iteration of the main loop (SASS)"
+            + ("; spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
+               "bytes per thread the main loop loads / stores from it every iteration"
+               if any(r.spill_bytes for r in records if not r.error) else ""))
+    table.caption = f"{table.caption}\n{note}" if table.caption else note
     output_console(width=170).print(table)
 
 
