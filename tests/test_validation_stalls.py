@@ -131,6 +131,41 @@ def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_p
     assert summary["median"] == pytest.approx(49.0 / 64.0)
 
 
+def test_issue_latency_is_the_median_cycles_per_instruction_of_free_wgmma_launches(tmp_path):
+    """A warp's cycles per issued instruction are its stall reasons summed (1.45 + 1.23
+    here); the summary takes the wgmma FA launches whose math pipes are below 100% together:
+    of the fixture's, only dQ (110%: throughput-bound) and dK/dV (mma.sync) are left out, and
+    the forward (117%) too, so none counts; at 70% the dQ would."""
+    launches = stalls.read_folder(_write(tmp_path))
+    assert launches[0].cycles_per_instruction == pytest.approx(1.45 + 1.23)
+    _, sync = stalls.mma_sync_kernels(tmp_path / "plan.json")
+    assert sync == {"fa2-fwd-x": set(), "fa2-bwd-x": {"fa2_bwd_dkdv"}}
+    assert stalls.issue_latency_summary(launches, sync) == {"n": 0, "median": None}
+    launches[2].pipes_pct = {"tensor": 40.0, "exp": 20.0, "fma": 10.0}
+    assert stalls.issue_latency_summary(launches, sync) == {
+        "n": 1, "median": pytest.approx(2.68), "min": pytest.approx(2.68),
+        "max": pytest.approx(2.68)}
+
+
+def test_issue_latency_on_the_h200_profiles():
+    """On the H200 stall profiles: 27 wgmma FA launches not throughput-bound, their warps
+    at 8.14 cycles per issued instruction (median; 4.96-10.43), the figure BENCHMARKS.md
+    quotes; and for one of them, dK/dV at 64 x 64 (d = 64), the stall reasons sum to the
+    warps per scheduler over the issue rate, as they should (7.9 / 4 / 0.292 = 6.8)."""
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent / "validation/records/raw/h200-stalls-2026-11-30"
+    launches = [x for folder in sorted(root.iterdir()) for x in stalls.read_folder(folder)]
+    _, sync = stalls.mma_sync_kernels()
+    summary = stalls.issue_latency_summary(launches, sync)
+    assert summary["n"] == 27
+    assert summary["median"] == pytest.approx(8.14, abs=0.005)
+    (dkdv,) = [x for x in launches if x.kernel == "fa2_bwd_dkdv"
+               and x.config == "fa2-bwd-b4-h16-q4096-k4096-d64-bf16-m64-n64-s2-w4"]
+    assert dkdv.cycles_per_instruction == pytest.approx(
+        dkdv.warps / 4 / (dkdv.issue_pct / 100), rel=0.05)
+
+
 def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
     swapped = [LAUNCHES[1], LAUNCHES[0], LAUNCHES[2]]
     with pytest.raises(NcuParseError, match="manifest expects fa2_fwd"):

@@ -71,6 +71,12 @@ class Launch:
     def pipes_sum_pct(self) -> float:
         return sum(self.pipes_pct.values())
 
+    @property
+    def cycles_per_instruction(self) -> float:
+        """Cycles a warp takes per instruction it issues: the warps of a scheduler per
+        cycle it issues, which is what the stall reasons (``selected`` included) sum to."""
+        return sum(v for v in self.stalls.values() if v == v)  # NaN: a reason ncu left out
+
     def overlap_bound(self) -> float | None:
         """The least share of the non-busiest pipes' time that overlapped the busiest
         (module docstring), or None where the pipes sum to at most 100%."""
@@ -181,6 +187,23 @@ def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict
     return hw, out
 
 
+def issue_latency_summary(launches: list[Launch], sync: dict[str, set[str]]) -> dict:
+    """Cycles per issued instruction of the warps of the wgmma FA launches that were not
+    throughput-bound (math pipes together below 100% busy): there a warp waits on its own
+    instructions' latencies and its loads, not on pipes the others hold, so its cycles per
+    instruction are what its dependencies cost. With the main loop's instructions
+    (``kernels.resources.main_loop``) that bounds an iteration's critical path from below,
+    which the model does not yet take (BENCHMARKS.md, "Register spills, and warps that wait
+    on their own instructions")."""
+    free = sorted(launch.cycles_per_instruction for launch in launches
+                  if launch.kernel.startswith("fa2_") and launch.config in sync
+                  and launch.kernel not in sync[launch.config]
+                  and launch.kernel != "fa2_bwd_preprocess" and launch.pipes_sum_pct < 100.0)
+    if not free:
+        return {"n": 0, "median": None}
+    return {"n": len(free), "median": statistics.median(free), "min": free[0], "max": free[-1]}
+
+
 def attach_smem(launches: list[Launch], records: list[dict], hw) -> int:
     """Set each launch's ``smem_pct`` from the records' shared-memory bytes of its config
     and kernel (the latest record of each config) over its own duration, at ``hw``'s
@@ -260,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     if sync is None:
         print("shared-memory overlap: give --records (the matrix run's shared-memory bytes)")
         return 0
+    c = issue_latency_summary(launches, sync)
+    if c["n"]:
+        print(f"issue latency: {c['n']} wgmma FA launches with the math pipes below 100% "
+              f"together; cycles per issued instruction of a warp: median {c['median']:.2f} "
+              f"({c['min']:.2f}-{c['max']:.2f})")
     if s["median"] is None:
         print("shared-memory overlap: not bounded without a unit overlap (the math pipes' "
               "busy share takes it)")
