@@ -59,7 +59,10 @@ def tile_copies(pred: dict) -> int:
                 if k.get("warp_layout")] or [1])
 
 
-def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None) -> dict:
+def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
+                  spill: int | None = None) -> dict:
+    """One kernel's entry; ``spill``: the bytes per thread its main loop spills and
+    reloads every iteration, where its compile is given (None: not known)."""
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -73,6 +76,7 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None) 
         "ctas_per_sm": res.ctas_per_sm,
         "residency_limited_by": res.limited_by,
         "registers_per_thread": res.registers_per_thread,
+        "spill_bytes_per_iteration": spill,
         "resources": resources,
         "warp_layout": layout,
         "legal": res.ctas_per_sm > 0,
@@ -116,8 +120,9 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
     for kernel, count in zip(sched.kernels, counts, strict=True):
         res = kernel_residency(kernel, tiling, problem.head_dim, hw, compiled)
         layout = warp_layout(kernel, tiling.num_warps, problem.elem_bytes, hw)
+        given = (compiled or {}).get(kernel.name)
         kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name),
-                                     layout))
+                                     layout, given and given.spill_bytes_per_iteration))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})

@@ -307,6 +307,8 @@ def test_spilled_registers_take_the_l1_data_path_every_iteration():
     fast, _ = predict(problem, tiling, "fa2", H200, compiled=given)
     assert slow["time_s"] > fast["time_s"]
     assert slow["bytes"]["global_read"] == fast["bytes"]["global_read"]
+    assert slow["kernels"][0]["spill_bytes_per_iteration"] == 236
+    assert fast["kernels"][0]["spill_bytes_per_iteration"] is None
 
     facts = [{"name": "fa2_fwd", "shared_bytes": 98304, "registers": 255,
               "spill_load_bytes_per_iteration": 224, "spill_store_bytes_per_iteration": 12}]
