@@ -29,6 +29,10 @@ NCU_START_S = 10.0
 COMPILE_S = {"fa2_fwd": 2.9, "fa2_bwd_preprocess": 0.9, "fa2_bwd_dkdv": 6.6,
              "fa2_bwd_dq": 2.6, "decode_split": 1.5, "decode_reduce": 0.6}
 COMPILE_DEFAULT_S = 1.5
+# Reading each compiled kernel's facts: cuobjdump's resource usage and its SASS (the main
+# loop's instructions and spills, since 2026-12-02): 0.42-0.50 s a kernel on this 2-core
+# machine, measured; taken as is for the device's.
+FACTS_S = 0.5
 COMPILE_WORKER_START_S = 10.0
 CACHE_LOAD_S = 0.1
 SHAPE_SETUP_S = 0.4  # inputs, and the float64 reference of two head groups
@@ -69,7 +73,7 @@ def estimate(plan: dict, warmup_ms: float, rep_ms: float, workers: int,
     keys = {}
     for cfg in configs:
         keys.setdefault(cfg["compile_key"], cfg["kernels"])
-    compile_serial = sum(COMPILE_S.get(name, COMPILE_DEFAULT_S)
+    compile_serial = sum(COMPILE_S.get(name, COMPILE_DEFAULT_S) + FACTS_S
                          for names in keys.values() for name in names)
     compile_s = COMPILE_WORKER_START_S + compile_serial / max(1, workers)
     shapes = {cfg["shape"] for cfg in configs}
