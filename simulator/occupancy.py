@@ -51,6 +51,12 @@ class CompiledResources:
             object.__setattr__(self, "registers_per_thread", None)
 
 
+def spill_per_iteration(loaded: int | None, stored: int | None) -> int | None:
+    """``CompiledResources.spill_bytes_per_iteration`` from a compile's spilled bytes loaded
+    and stored per thread and main-loop iteration; None unless both are known."""
+    return None if loaded is None or stored is None else int(loaded) + int(stored)
+
+
 def kernel_residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
                      compiled: Mapping[str, CompiledResources] | None = None) -> Residency:
     """``residency``, with the registers and shared memory of ``compiled[kernel.name]``

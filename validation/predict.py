@@ -40,7 +40,7 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     spill traffic); None if it has neither for any kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
     of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
-    from simulator.occupancy import CompiledResources
+    from simulator.occupancy import CompiledResources, spill_per_iteration
 
     capability = (rec.get("environment") or {}).get("gpu_capability")
     if hw is not None and capability and capability.replace(".", "") != str(
@@ -53,7 +53,7 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
             None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
-            None if loaded is None or stored is None else int(loaded) + int(stored))
+            spill_per_iteration(loaded, stored))
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

@@ -70,7 +70,7 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     """For each tiling, kernel name -> ``CompiledResources`` of the schedule's Triton twins
     compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
     ``ProblemError`` (one line) when none can be compiled here at all."""
-    from simulator.occupancy import CompiledResources
+    from simulator.occupancy import CompiledResources, spill_per_iteration
     from traces.schedules import build_schedule
 
     missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
@@ -101,15 +101,11 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
         failed = [r for r in rows.values() if r.error]
         out.append(f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
                    if failed else {name: CompiledResources(r.registers, r.shared_bytes,
-                                                           _spill_per_iteration(r))
+                                                           spill_per_iteration(
+                                                               r.spill_load_bytes_per_iteration,
+                                                               r.spill_store_bytes_per_iteration))
                                    for name, r in rows.items()})
     return out
-
-
-def _spill_per_iteration(r) -> int | None:
-    """Spill bytes per thread the main loop loads plus stores each iteration, or None."""
-    loaded, stored = r.spill_load_bytes_per_iteration, r.spill_store_bytes_per_iteration
-    return None if loaded is None or stored is None else loaded + stored
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:
