@@ -125,11 +125,13 @@ class KernelResources:
     loads_in_flight: int | None = None
     loads_issued_after_compute: bool | None = None
     # One iteration of the main loop, from the SASS (``main_loop``): the instructions each
-    # warp issues, and the local-memory (spill) bytes per thread it loads and stores. None
-    # without a loop with matmuls.
+    # warp issues, the local-memory (spill) bytes per thread it loads and stores, and the
+    # times a warp waits for reloaded spills (``reload_waits``). None without a loop with
+    # matmuls.
     loop_instructions: int | None = None
     spill_load_bytes_per_iteration: int | None = None
     spill_store_bytes_per_iteration: int | None = None
+    spill_reload_waits: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -330,26 +332,26 @@ _SASS_LOCAL = re.compile(r"^(?:@!?U?P\w+\s+)?(STL|LDL)(\.[\w.]+)?\s")
 _SASS_MMA = re.compile(r"\b(?:HGMMA|HMMA)\b")
 
 
-def main_loop_costs(cubin: bytes) -> tuple[int | None, int | None, int | None]:
+def main_loop_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, int | None]:
     """``main_loop`` of a cubin's SASS (the bundled cuobjdump disassembles it): its
-    instructions per warp and the spill bytes per thread it loads and stores, per
-    iteration; Nones without the tool or a loop with matmuls."""
+    instructions per warp, the spill bytes per thread it loads and stores, and the waits
+    for reloaded spills, per iteration; Nones without the tool or a loop with matmuls."""
     sass = _cuobjdump(cubin, "-sass")
     found = main_loop(sass) if sass else None
-    return found if found is not None else (None, None, None)
+    return found if found is not None else (None, None, None, None)
 
 
-def main_loop(sass: str) -> tuple[int, int, int] | None:
-    """``(instructions, spill bytes loaded, spill bytes stored)`` of one iteration of a
-    kernel's main loop, per warp and per thread, from its SASS.
+def main_loop(sass: str) -> tuple[int, int, int, int] | None:
+    """``(instructions, spill bytes loaded, spill bytes stored, reload waits)`` of one
+    iteration of a kernel's main loop, per warp and per thread, from its SASS.
 
     Loops are the spans a backward branch closes; the kernels' innermost loops with matmuls
     (``HGMMA``/``HMMA``) are copies of one loop body, masked and unmasked, and the main loop
     is the copy with the fewest instructions: masking only adds some. Each ``LDL``/``STL``
     (local memory: spilled registers) counts its width, 4 bytes, or 8/16 with
-    ``.64``/``.128``. None if the SASS has no loop with matmuls. On the H200 stall
-    profiles the instructions agree with Nsight Compute's count per warp and iteration
-    (``tests/test_kernels_aot.py``).
+    ``.64``/``.128``; ``reload_waits`` counts the times a warp waits for reloaded spills.
+    None if the SASS has no loop with matmuls. On the H200 stall profiles the instructions
+    agree with Nsight Compute's count per warp and iteration (``tests/test_kernels_aot.py``).
     """
     code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
     loops = [(int(m.group(1), 16), addr) for addr, op in code
@@ -366,10 +368,78 @@ def main_loop(sass: str) -> tuple[int, int, int] | None:
             if m := _SASS_LOCAL.match(op):
                 mods = m.group(2) or ""
                 moved[m.group(1)] += 16 if ".128" in mods else 8 if ".64" in mods else 4
-        found = (len(body), moved["LDL"], moved["STL"])
+        found = (len(body), moved["LDL"], moved["STL"], reload_waits(body))
         if best is None or found[0] < best[0]:
             best = found
     return best
+
+
+_SASS_GUARD = re.compile(r"^@!?U?P\w+\s+")
+_SASS_REGISTER = re.compile(r"\bR(\d+)(\.64|\.128)?\b")
+_SASS_WIDTH = re.compile(r"\.(64|128)\b")
+_SASS_HGMMA = re.compile(r"^HGMMA\.64x(\d+)x")
+# Instructions whose first operand is read, not written: stores, and matmuls (their
+# accumulator is read and written: it is their C operand too).
+_SASS_READS_FIRST = ("ST", "RED", "ATOM", "HGMMA", "HMMA", "LDGSTS", "BAR", "BRA", "WARPGROUP")
+
+
+def _mma_width(opcode: str, position: int) -> int | None:
+    """Registers a thread holds of operand ``position`` of a matmul instruction, None if it
+    is not one: ``HGMMA.64xN`` its accumulator (positions 0 and 3) N/2 with fp32 (N/4 with
+    fp16), its A from registers (1) 4; ``HMMA.16816`` D and C 4, A 4, B 2 (PTX ISA fragment
+    layouts)."""
+    if m := _SASS_HGMMA.match(opcode):
+        accumulator = int(m.group(1)) // (2 if ".F32" in opcode else 4)
+        return {0: accumulator, 1: 4, 3: accumulator}.get(position)
+    if opcode.startswith("HMMA."):
+        return {0: 4, 1: 4, 2: 2, 3: 4}.get(position)
+    return None
+
+
+def _operand_registers(opcode: str, operand: str, position: int) -> set[int]:
+    """The 32-bit registers one SASS operand names: ``R8`` one, ``R8.64`` two; the data
+    register of a 64/128-bit load or store (``STL.64 [R1], R6``) as wide as the access; a
+    matmul's operands as wide as ``_mma_width``."""
+    found = set()
+    mma = _mma_width(opcode, position)
+    access = _SASS_WIDTH.search(opcode) if opcode.startswith(("LD", "ST")) else None
+    for m in _SASS_REGISTER.finditer(operand):
+        width = {".64": 2, ".128": 4}.get(m.group(2) or "", 1)
+        if access and "[" not in operand:
+            width = int(access.group(1)) // 32
+        if mma is not None:
+            width = mma
+        found.update(range(int(m.group(1)), int(m.group(1)) + width))
+    return found
+
+
+def reload_waits(body: list[str]) -> int:
+    """How many times per iteration a warp running the loop ``body`` (SASS instructions, in
+    order) waits for spilled registers to come back from local memory.
+
+    A warp issues in order and stalls only at the first instruction that needs a register
+    an ``LDL`` is still loading (or overwrites one); every ``LDL`` issued before that point
+    has been in flight as long, so one wait covers them all, and the ``LDL`` issued after it
+    start a new round. The body is read twice and the second pass counted: reloads at the
+    end of an iteration for the next one's start wait there. A wait that misses L1 lasts an
+    L2 round trip (``simulator.sim.program``)."""
+    pending: set[int] = set()
+    waits = 0
+    for counted in (False, True):
+        for op in body:
+            text = _SASS_GUARD.sub("", op)
+            opcode, _, rest = text.partition(" ")
+            operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
+            registers = [_operand_registers(opcode, o, i) for i, o in enumerate(operands)]
+            writes_first = operands and not opcode.startswith(_SASS_READS_FIRST)
+            read = set().union(*registers[1 if writes_first else 0:]) if registers else set()
+            written = registers[0] if writes_first else set()
+            if pending & (read | written):
+                waits += counted
+                pending = set()
+            if opcode.startswith("LDL"):
+                pending |= written
+    return waits
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,
@@ -400,7 +470,8 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,
                                error=(message[-1] if message else type(exc).__name__)[:200])
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
-    loop_instructions, spill_loaded, spill_stored = main_loop_costs(compiled.asm["cubin"])
+    loop_instructions, spill_loaded, spill_stored, reloads = main_loop_costs(
+        compiled.asm["cubin"])
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     in_flight, after_compute = loop_pipeline(ttgir)
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
@@ -409,6 +480,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            loop_instructions=loop_instructions,
                            spill_load_bytes_per_iteration=spill_loaded,
                            spill_store_bytes_per_iteration=spill_stored,
+                           spill_reload_waits=reloads,
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -474,7 +546,8 @@ def _well_typed(result: dict) -> bool:
     what ``compile_one`` writes, so that a hand-edited line cannot feed nonsense on."""
     counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
               "wgmma_rs_ops", "loads_in_flight", "loop_instructions",
-              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration")
+              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
+              "spill_reload_waits")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)

@@ -45,6 +45,9 @@ class CompiledResources:
     # registers it spills and reloads (``kernels.resources.main_loop``). They pass
     # through the SM's L1 data path, which shared memory uses too (``simulator.sim.program``).
     spill_bytes_per_iteration: int | None = None
+    # The times per iteration a warp waits for reloaded spills (``kernels.resources.
+    # reload_waits``): each an L2 round trip on the iteration's path (``simulator.sim.program``).
+    spill_reload_waits: int | None = None
 
     def __post_init__(self):
         if self.registers_per_thread == 0:

@@ -60,9 +60,10 @@ def tile_copies(pred: dict) -> int:
 
 
 def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
-                  spill: int | None = None) -> dict:
-    """One kernel's entry; ``spill``: the bytes per thread its main loop spills and
-    reloads every iteration, where its compile is given (None: not known)."""
+                  given=None) -> dict:
+    """One kernel's entry; ``given``: its compile's ``CompiledResources``, whose spills per
+    main-loop iteration it reports (the bytes a thread spills and reloads, the times a warp
+    waits for the reloads; None: not known)."""
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -76,7 +77,8 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
         "ctas_per_sm": res.ctas_per_sm,
         "residency_limited_by": res.limited_by,
         "registers_per_thread": res.registers_per_thread,
-        "spill_bytes_per_iteration": spill,
+        "spill_bytes_per_iteration": given and given.spill_bytes_per_iteration,
+        "spill_reload_waits": given and given.spill_reload_waits,
         "resources": resources,
         "warp_layout": layout,
         "legal": res.ctas_per_sm > 0,
@@ -122,7 +124,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
         layout = warp_layout(kernel, tiling.num_warps, problem.elem_bytes, hw)
         given = (compiled or {}).get(kernel.name)
         kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name),
-                                     layout, given and given.spill_bytes_per_iteration))
+                                     layout, given))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})

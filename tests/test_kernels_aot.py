@@ -328,9 +328,37 @@ def test_main_loop_counts_the_shortest_matmul_loop_by_hand():
     """
     # loop 0x20-0x60: 5 instructions, loads 8 + 16, stores 8; loop 0x70-0xa0: 4, stores
     # 4 + 4; loop 0xb0-0xd0: no matmul; loop 0x10-0xe0 holds the others
-    assert resources.main_loop(sass) == (4, 0, 8)
-    assert resources.main_loop(sass.replace("HMMA", "FADD")) == (5, 24, 8)
+    # the first loop's HGMMA reads its accumulator R8-R39, where LDL.128 reloaded R12-R15
+    # at the end of the iteration before: one wait
+    assert resources.main_loop(sass) == (4, 0, 8, 0)
+    assert resources.main_loop(sass.replace("HMMA", "FADD")) == (5, 24, 8, 1)
     assert resources.main_loop("/*0000*/  EXIT ;") is None
+
+
+def test_reload_waits_by_hand():
+    """``reload_waits`` on hand-written SASS: a warp waits at the first instruction that
+    reads (or overwrites) a register an LDL is still loading; one wait covers every LDL
+    issued before it; registers as wide as the access (``LDL.64``) or the matmul operand
+    (``HGMMA.64xN``: N/2 accumulator registers); reloads at the end of an iteration wait at
+    the next one's start; stores, predicated or not, read their data register."""
+    body = ["FADD R6, R8, R6",  # R8, reloaded at the end of the iteration before: wait
+            "LDL R2, [R1]",
+            "LDL.64 R4, [R1+0x8]",
+            "FADD R6, R2, R3",  # R2: wait, which also covers R4 and R5
+            "FADD R7, R5, R6",  # R5 arrived with R2
+            "STL.64 [R1+0x20], R4",
+            "LDL R8, [R1+0x10]",
+            "HGMMA.64x32x16.F32.BF16 R10, gdesc[UR4], R10",  # reads R10-R25, not R8
+            "@P0 BRA 0x0"]
+    assert resources.reload_waits(body) == 2
+    assert resources.reload_waits(body[1:]) == 1  # R8 is waited for at FADD R6, R2
+    assert resources.reload_waits([op.replace("LDL R8", "LDL R12") for op in body[1:]]) == 2
+    wide = ["LDL.64 R4, [R1]", "FADD R7, R5, R6", "LDL R9, [R1+0x4]", "FADD R8, R4, R9"]
+    assert resources.reload_waits(wide) == 2  # R5 is the upper half of R4.64
+    assert resources.reload_waits([wide[0].replace(".64", "")] + wide[1:]) == 1
+    assert resources.reload_waits(["LDL R4, [R1]", "MOV R4, RZ"]) == 1  # overwrite waits too
+    assert resources.reload_waits(["LDL R4, [R1]", "@!P1 STL [R1+0x4], R4"]) == 1
+    assert resources.reload_waits(["FADD R4, R5, R6", "STL [R1], R4"]) == 0
 
 
 # Both from the H200 records (validation/records/h200-default-2026-11-30.jsonl): the first

@@ -280,8 +280,12 @@ def test_a_broken_triton_is_one_line(monkeypatch):
 def test_spilled_registers_take_the_l1_data_path_every_iteration():
     """A loop that spills ``s`` bytes per thread per iteration moves ``s x threads`` more
     bytes through the SM's L1 data path (the ``smem`` unit, at 128 B/clk) in every
-    iteration, nothing else changes, and the kernel gets slower; records carry the bytes
-    as the device compile's loaded and stored spills."""
+    iteration, waits an L2 round trip more per iteration each time its warps wait for the
+    reloads (and a loop that does not spill, none), nothing else changes, and the kernel
+    gets slower; records carry the bytes as the device compile's loaded and stored spills,
+    and the waits."""
+    import dataclasses
+
     import numpy as np
 
     from simulator.sim.compute import UNITS
@@ -303,17 +307,34 @@ def test_spilled_registers_take_the_l1_data_path_every_iteration():
     assert np.array_equal(spill.loop.unit_s[others], plain.loop.unit_s[others])
     assert np.array_equal(spill.pre.unit_s, plain.pre.unit_s)
     assert (spill.loop.compute_s > plain.loop.compute_s).all()
+    # each wait for the reloads is an L2 round trip on the iteration's path: the compile's
+    # count of them, one where only the bytes are known, none without spills
+    counted = {"fa2_fwd": dataclasses.replace(spilled["fa2_fwd"], spill_reload_waits=5)}
+    slower_l2 = dataclasses.replace(H200, l2_latency_s=H200.l2_latency_s + 1e-7)
+    for compiled, waits in ((given, 0), (spilled, 1), (counted, 5)):
+        (before,), (after,) = (schedule_programs(schedule, hw, compiled=compiled)
+                               for hw in (H200, slower_l2))
+        assert np.allclose(after.loop.path_s - before.loop.path_s, waits * 1e-7)
+        assert np.array_equal(after.pre.path_s, before.pre.path_s)
+        assert np.array_equal(after.loop.unit_s, before.loop.unit_s)
+    (five,) = schedule_programs(schedule, H200, compiled=counted)
+    assert np.allclose(five.loop.path_s - spill.loop.path_s, 4 * H200.l2_latency_s)
     slow, _ = predict(problem, tiling, "fa2", H200, compiled=spilled)
     fast, _ = predict(problem, tiling, "fa2", H200, compiled=given)
     assert slow["time_s"] > fast["time_s"]
     assert slow["bytes"]["global_read"] == fast["bytes"]["global_read"]
     assert slow["kernels"][0]["spill_bytes_per_iteration"] == 236
     assert fast["kernels"][0]["spill_bytes_per_iteration"] is None
+    assert slow["kernels"][0]["spill_reload_waits"] is None
+    slower, _ = predict(problem, tiling, "fa2", H200, compiled=counted)
+    assert slower["time_s"] > slow["time_s"] and slower["kernels"][0]["spill_reload_waits"] == 5
 
     facts = [{"name": "fa2_fwd", "shared_bytes": 98304, "registers": 255,
               "spill_load_bytes_per_iteration": 224, "spill_store_bytes_per_iteration": 12}]
     rec = {"problem": problem.to_dict(), "tiling": tiling.to_dict(), "schedule": "fa2",
            "kernel_facts": facts}
     assert compiled_resources(rec) == spilled
-    del facts[0]["spill_store_bytes_per_iteration"]
+    facts[0]["spill_reload_waits"] = 5
+    assert compiled_resources(rec) == counted
+    del facts[0]["spill_store_bytes_per_iteration"], facts[0]["spill_reload_waits"]
     assert compiled_resources(rec) == given

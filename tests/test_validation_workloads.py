@@ -73,7 +73,10 @@ def test_kernel_facts_read_the_compiled_kernel():
                      "wgmma_smem_bytes_per_flop": pytest.approx(per_flop),
                      "wgmma_smem_bytes_per_flop_max": pytest.approx(per_flop),
                      "mma_layouts": "64x16:4x1", "loads_in_flight": None,
-                     "loads_issued_after_compute": None}  # no loop in this TTGIR
+                     "loads_issued_after_compute": None,  # no loop in this TTGIR
+                     "loop_instructions": None, "spill_load_bytes_per_iteration": None,
+                     "spill_store_bytes_per_iteration": None,
+                     "spill_reload_waits": None}  # no SASS without a cubin
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None
@@ -81,12 +84,15 @@ def test_kernel_facts_read_the_compiled_kernel():
                                    metadata=types.SimpleNamespace(shared=0))
     facts = kernel_facts("naive_softmax", broken)  # cuobjdump fails: facts left out, no error
     assert facts["registers"] is None and facts["spill_bytes"] is None
+    assert facts["loop_instructions"] is None and facts["spill_reload_waits"] is None
 
 
 def test_kernel_facts_read_registers_from_a_real_cubin():
     """On a real sm_90 compile (ahead of time, no GPU; outside the interpreter, in a
-    process of its own) the facts carry the registers the cubin declares: those
-    ``tilesim kernels resources`` reports for the same kernel."""
+    process of its own) the facts carry the registers the cubin declares and its main
+    loop (instructions, spills, waits for them): what ``tilesim kernels resources``
+    reports for the same kernel; FA2's forward at d = 128, 128 x 64, 4 warps spills in its
+    loop, as the H200 records show (``tests/test_kernels_aot.py``)."""
     pytest.importorskip("triton")
     import json
     import os
@@ -98,16 +104,20 @@ def test_kernel_facts_read_registers_from_a_real_cubin():
         "from kernels.resources import compile_ahead, compile_one\n"
         "from traces.tiling import Tiling\n"
         "from validation.compile import kernel_facts\n"
-        "t = Tiling(64, 64, 2, 4)\n"
-        "row = compile_one('naive_softmax', 90, 'bf16', 64, t, seq_kv=1024)\n"
-        "c = compile_ahead('naive_softmax', 90, 'bf16', 64, t, seq_kv=1024)\n"
-        "print(json.dumps([row.registers, row.spill_bytes, kernel_facts('s', c)]))\n")
+        "t = Tiling(128, 64, 2, 4)\n"
+        "row = compile_one('fa2_fwd', 90, 'bf16', 128, t)\n"
+        "c = compile_ahead('fa2_fwd', 90, 'bf16', 128, t)\n"
+        "print(json.dumps([row.to_dict(), kernel_facts('fa2_fwd', c)]))\n")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
-    registers, spill, facts = json.loads(out.strip().splitlines()[-1])
-    assert facts["registers"] == registers and 0 < registers <= 255
-    assert facts["spill_bytes"] == spill
+    row, facts = json.loads(out.strip().splitlines()[-1])
+    assert 0 < facts["registers"] <= 255
+    for key in ("registers", "spill_bytes", "loop_instructions",
+                "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
+                "spill_reload_waits"):
+        assert facts[key] == row[key], key
+    assert facts["spill_load_bytes_per_iteration"] > 0 and facts["spill_reload_waits"] > 0
 
 
 def test_precompile_worker_keeps_the_facts_of_the_configs_own_kernels(monkeypatch):

@@ -170,18 +170,24 @@ def kernel_facts(name: str, compiled) -> dict:
     lay them otherwise than ours; None without the TTGIR or matmuls), and its loops'
     software pipeline (``kernels.resources.loop_pipeline``: iterations of loads in flight
     at a wait, and whether the next loads are issued after the matmuls; None without a
-    pipelined loop)."""
+    pipelined loop), and one iteration of its main loop in the SASS
+    (``kernels.resources.main_loop``: the instructions a warp issues, the spill bytes a
+    thread loads and stores, the waits for reloaded spills; None without a cubin or a loop
+    with matmuls)."""
     from kernels.resources import dot_layouts, loop_pipeline, wgmma_operand_demand
 
     ttgir = compiled.asm.get("ttgir", "")
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
     in_flight, after_compute = loop_pipeline(ttgir)
+    instructions, loaded, stored, reloads = _main_loop(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
             "mma_layouts": dot_layouts(ttgir), "loads_in_flight": in_flight,
-            "loads_issued_after_compute": after_compute}
+            "loads_issued_after_compute": after_compute,
+            "loop_instructions": instructions, "spill_load_bytes_per_iteration": loaded,
+            "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:
@@ -198,19 +204,19 @@ def _registers(compiled) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _main_loop(compiled) -> tuple[int | None, int | None, int | None]:
-    """(instructions per warp, spill bytes loaded and stored per thread) of one main-loop
-    iteration; Nones if unreadable (like ``_registers``: a missing fact must not cost the
-    device run anything)."""
+def _main_loop(compiled) -> tuple[int | None, int | None, int | None, int | None]:
+    """(instructions per warp, spill bytes loaded and stored per thread, waits for reloaded
+    spills) of one main-loop iteration; Nones if unreadable (like ``_registers``: a missing
+    fact must not cost the device run anything)."""
     cubin = compiled.asm.get("cubin")
     if not cubin:
-        return None, None, None
+        return None, None, None, None
     try:
         from kernels.resources import main_loop_costs
 
         return main_loop_costs(cubin)
     except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
-        return None, None, None
+        return None, None, None, None
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

@@ -103,7 +103,8 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                    if failed else {name: CompiledResources(r.registers, r.shared_bytes,
                                                            spill_per_iteration(
                                                                r.spill_load_bytes_per_iteration,
-                                                               r.spill_store_bytes_per_iteration))
+                                                               r.spill_store_bytes_per_iteration),
+                                                           r.spill_reload_waits)
                                    for name, r in rows.items()})
     return out
 

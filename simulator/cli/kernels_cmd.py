@@ -139,11 +139,16 @@ def _mma_kind(r) -> str:
 
 
 def _spill_per_iteration(r) -> str:
-    """Spilled bytes per thread loaded / stored by one main-loop iteration, or '-'."""
+    """Spilled bytes per thread loaded / stored by one main-loop iteration, and the times a
+    warp waits for the reloads (``L/S (W waits)``), or '-'."""
     loaded, stored = r.spill_load_bytes_per_iteration, r.spill_store_bytes_per_iteration
     if loaded is None or stored is None:
         return "-"
-    return f"{loaded}/{stored}" if loaded or stored else "0"
+    if not (loaded or stored):
+        return "0"
+    waits = r.spill_reload_waits
+    return f"{loaded}/{stored}" + ("" if waits is None else
+                                   f" ({waits} wait{'' if waits == 1 else 's'})")
 
 
 def _print_table(records, args: argparse.Namespace) -> None:
@@ -176,7 +181,8 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          "does not charge them (README)")
     note = ("loop instr: instructions a warp issues per iteration of the main loop (SASS)"
             + ("; spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
-               "bytes per thread the main loop loads / stores from it every iteration"
+               "bytes per thread the main loop loads / stores from it every iteration (and "
+               "the times a warp waits for the reloads, an L2 round trip each in the model)"
                if any(r.spill_bytes for r in records if not r.error) else ""))
     table.caption = f"{table.caption}\n{note}" if table.caption else note
     output_console(width=170).print(table)

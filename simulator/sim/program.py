@@ -23,9 +23,17 @@ the registers its loop spills to local memory and loads back every iteration, wh
 through the same L1 data path), into busy seconds (how long the SM's
 units are occupied, ``compute.busy_seconds``) and into critical-path seconds (how long the
 CTA waits; ``simulator.sim.compute``).
-Every loop iteration's path also carries the preset's ``iteration_overhead_s``. Within a
-phase the engines issue all loads together, run the compute when they have arrived, then
-issue the stores; every schedule's phases are written in that order.
+Every loop iteration's path also carries the preset's ``iteration_overhead_s``, and, in a
+loop that spills, an L2 round trip (the preset's ``l2_latency_s``) for each time its warps
+wait for reloaded spills (``kernels.resources.reload_waits``, from the compile's SASS; one
+where only the spilled bytes are known). The reloads reach L2: in the H200 records, FA2's
+forward at d = 128, 128 x 64, 4 warps (255 registers, spilling in its loop) read 12-20 KB
+and wrote 15-17 KB more of L2 per CTA and iteration than its tiles, and Nsight Compute has
+its warps waiting on long scoreboards (L1TEX: global and local memory) 3.6 cycles per
+instruction, where the same forward at 128 x 32 does not show the stall
+(``validation/records/raw/h200-stalls-2026-11-30``). Within a phase the engines issue all
+loads together, run the compute when they have arrived, then issue the stores; every
+schedule's phases are written in that order.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.hardware import Hardware
-from simulator.occupancy import Residency, kernel_residency
+from simulator.occupancy import CompiledResources, Residency, kernel_residency
 from simulator.sim.compute import UNITS, busy_seconds, path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
@@ -190,6 +198,14 @@ def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
     return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
+def reload_waits(given: CompiledResources) -> int:
+    """L2 round trips one loop iteration waits for its reloaded spills (module docstring):
+    the compile's count of waits, or one where it spills but the count is not known."""
+    if not given.spill_bytes_per_iteration:
+        return 0
+    return 1 if given.spill_reload_waits is None else given.spill_reload_waits
+
+
 def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
                    compress: bool = True, compiled=None) -> KernelProgram:
     """Evaluate ``kernel`` for the engines; ``compress=False`` evaluates every CTA's loop;
@@ -208,11 +224,11 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     loop_count = kernel.loop_count.astype(np.int64)
     periodic = periodic_loop(kernel, compress, issued=True)  # verified on a spread of CTAs
     period = periodic.period
-    given = (compiled or {}).get(kernel.name)
-    spill = (given.spill_bytes_per_iteration or 0) if given is not None else 0
+    given = (compiled or {}).get(kernel.name) or CompiledResources()
+    spill = given.spill_bytes_per_iteration or 0
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
                      costs, staging, spill * schedule.tiling.threads)
-    loop.path_s += hw.iteration_overhead_s
+    loop.path_s += hw.iteration_overhead_s + reload_waits(given) * hw.l2_latency_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
         name=kernel.name, grid=kernel.grid, sram_bytes=res.smem_per_cta_bytes, residency=res,
