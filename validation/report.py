@@ -139,6 +139,10 @@ def target_lines(report: dict) -> list[str]:
                      f"and shared memory of the device's compile (kernel_facts), "
                      f"{source['estimated']} with the model's estimate, {source['mixed']} "
                      "partly")
+    if report.get("loop_facts_filled") is not None:
+        lines.append(f"loop facts: {report['loop_facts_filled']} records took their kernels' "
+                     "main-loop facts (spills per iteration, waits for them) from a compile "
+                     "here (--fill-loop-facts: Triton here, not the device's)")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())

@@ -20,6 +20,11 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="processes predicting the records (default 1; naive attention at "
                         "N = 16k takes about 20 s per record)")
+    p.add_argument("--fill-loop-facts", action="store_true",
+                   help="records without the main-loop facts of their kernels (spills per "
+                        "iteration and the waits for them; the H200 records of 2026-11-30): "
+                        "take them from a compile here (needs torch and triton; cached), "
+                        "for each kernel the compile here gives the device's registers")
     p.set_defaults(func=run)
 
 
@@ -41,11 +46,18 @@ def run(args) -> int:
     check_plot_path(args.plot)
     check_output_paths(args.save)
     records, errors = read_records_or_fail(args.records)
+    filled = None
+    if args.fill_loop_facts:
+        from validation.fill_facts import fill_loop_facts
+
+        records, filled = fill_loop_facts(records,
+                                          progress=progress_lines("reconcile", "problems compiled"))
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs,
                        progress=progress_lines("reconcile", "records predicted"))
     if not report["rows"]:  # before --save: a report of nothing replaces no file
         raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
+    report["loop_facts_filled"] = filled
     if args.plot:
         rp.plot(report, args.plot)
     if args.save:

@@ -1,0 +1,77 @@
+"""``tilesim reconcile --fill-loop-facts``: records made before the device run read the main
+loop's SASS take their kernels' loop facts from a compile here, only where the compile
+here gives a kernel the device's registers (``validation.fill_facts``)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import simulator.cli as cli
+from simulator.hardware import load_hardware
+from traces.problem import ProblemError
+from validation.fill_facts import LOOP_FACTS, fill_loop_facts
+from validation.predict import predict, predict_record
+from validation.records import read_records, write_records
+
+RECORDS = Path(__file__).parent.parent / "validation/records/h200-default-2026-11-30.jsonl"
+# FA2's forward at d = 128, 128 x 64, 4 warps: 255 registers on the H200, and its L2
+# traffic shows spills (tests/test_kernels_aot.py).
+SPILLING = "fa2-fwd-b4-h16-q4096-k4096-d128-bf16-m128-n64-s2-w4"
+
+
+def _record(record_id: str) -> dict:
+    return {r["record_id"]: r for r in read_records(RECORDS)[0]}[record_id]
+
+
+def test_a_record_without_loop_facts_takes_those_of_a_compile_here():
+    """The spilling forward gains its compile's spills and waits and is predicted slower;
+    a record whose registers the compile here does not give, one that has its own loop
+    facts and one from a GPU the kernels do not compile for are left as they are, and the
+    record read is not changed."""
+    pytest.importorskip("triton")
+    rec = _record(SPILLING)
+    assert all(rec["kernel_facts"][0].get(key) is None for key in LOOP_FACTS)
+    before = copy.deepcopy(rec)
+    other_registers = copy.deepcopy(rec)
+    other_registers["kernel_facts"][0]["registers"] = 200
+    own = copy.deepcopy(rec)
+    own["kernel_facts"][0].update(loop_instructions=600, spill_load_bytes_per_iteration=0,
+                                  spill_store_bytes_per_iteration=0, spill_reload_waits=0)
+    other_gpu = copy.deepcopy(rec)
+    other_gpu["environment"]["gpu_capability"] = "12.0"
+    out, filled = fill_loop_facts([rec, other_registers, own, other_gpu])
+    assert filled == 1 and rec == before
+    assert out[1] is other_registers and out[2] is own and out[3] is other_gpu
+    fact = out[0]["kernel_facts"][0]
+    assert fact["loop_instructions"] > 0 and fact["spill_reload_waits"] > 0
+    assert fact["spill_load_bytes_per_iteration"] > 0 < fact["spill_store_bytes_per_iteration"]
+    assert {k: v for k, v in fact.items() if k not in LOOP_FACTS} == before["kernel_facts"][0]
+    hw = load_hardware("h200-sxm")
+    filled_pred, plain_pred = (predict_record(predict, r, hw) for r in (out[0], rec))
+    assert filled_pred["time_s"] > plain_pred["time_s"]
+    assert filled_pred["kernels"][0]["spill_reload_waits"] == fact["spill_reload_waits"]
+
+
+def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("triton")
+    path = tmp_path / "one.jsonl"
+    write_records(path, [_record(SPILLING)])
+    monkeypatch.setattr(cli, "COMMANDS", ["reconcile"])
+    assert cli.main(["reconcile", str(path), "--json", "--fill-loop-facts"]) == 0
+    assert json.loads(capsys.readouterr().out)["loop_facts_filled"] == 1
+    assert cli.main(["reconcile", str(path), "--summary-only"]) == 0
+    assert "loop facts:" not in capsys.readouterr().out  # not asked: not said
+
+
+def test_without_triton_it_says_so_in_one_line(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "triton" else real(name, *args))
+    with pytest.raises(ProblemError) as info:
+        fill_loop_facts([_record(SPILLING)])
+    assert "triton" in str(info.value) and "\n" not in str(info.value)

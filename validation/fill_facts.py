@@ -1,0 +1,92 @@
+"""Main-loop facts a record lacks, from a compile here: ``tilesim reconcile --fill-loop-facts``.
+
+A record's ``kernel_facts`` are what the device's own Triton made of each kernel. Records
+made before the device run read the main loop's SASS (``kernels.resources.main_loop``:
+instructions a warp issues per iteration, the spill bytes a thread loads and stores, the
+waits for the reloads) carry registers and shared memory but not those, so the model
+times their spilling kernels as if nothing spilled (the H200 records of 2026-11-30: FA2's
+forward at d = 128, 128 x 64, 4 warps, and dK/dV at 255 registers; BENCHMARKS.md, "Register
+spills").
+
+``fill_loop_facts`` compiles the same kernels and tilings ahead of time here (cached, as
+``tilesim kernels resources``) and copies the loop facts into the records that lack them,
+for each kernel whose compile here has exactly the registers the device's had: a kernel
+given other registers spills otherwise. The Triton here need not be the device's, so the
+facts are the compiler's in kind, not the device's to the byte; the reconcile report says
+how many records were filled, and records that carry their own are never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from collections import defaultdict
+
+from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
+
+LOOP_FACTS = ("loop_instructions", "spill_load_bytes_per_iteration",
+              "spill_store_bytes_per_iteration", "spill_reload_waits")
+
+
+def _lacks_loop_facts(rec: dict) -> bool:
+    facts = rec.get("kernel_facts") or ()
+    return (rec.get("implementation") == "triton" and bool(facts)
+            and all(all(f.get(key) is None for key in LOOP_FACTS) for f in facts))
+
+
+def _arch(rec: dict) -> int | None:
+    """The compute capability the record's GPU has (``"9.0"`` -> 90), if the kernels
+    compile for it here (sm_80, sm_90)."""
+    from kernels.resources import MAX_SHARED_BYTES
+
+    capability = str((rec.get("environment") or {}).get("gpu_capability") or "")
+    arch = int(capability.replace(".", "")) if capability.replace(".", "").isdigit() else None
+    return arch if arch in MAX_SHARED_BYTES else None
+
+
+def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:
+    """``(records, filled)``: the records with the loop facts of a compile here for their
+    GPU's architecture added to the kernel facts of the Triton records that have none
+    (copies; the others as they were), and how many records gained any. ``progress(done,
+    total)`` hears of each problem compiled. ``ProblemError`` (one line) when nothing can be
+    compiled here (no torch or triton)."""
+    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ProblemError(f"--fill-loop-facts compiles the kernels here and needs torch and "
+                           f"triton ({missing[0]} is missing): pip install 'tilesim[kernels]'")
+    from kernels import resources
+
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, rec in enumerate(records):
+        if _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
+            problem = dict(rec["problem"], batch=1)  # the batch only sizes the grid
+            groups[(arch, tuple(sorted(problem.items())))].append(i)
+    out, filled = list(records), 0
+    for done, ((arch, problem_items), members) in enumerate(groups.items(), start=1):
+        problem = AttentionProblem.from_dict(dict(problem_items))
+        tilings = [Tiling.from_dict(records[i]["tiling"]) for i in members]
+        names = sorted({f["name"] for i in members for f in records[i]["kernel_facts"]})
+        try:
+            per_tiling = resources.schedule_resources(problem, tilings, names, arch)
+        except ValueError:  # a kernel without a twin here, a head_dim none compiles
+            continue
+        except RuntimeError as exc:  # the compile workers failed
+            raise ProblemError(f"--fill-loop-facts: {exc}") from None
+        for i, rows in zip(members, per_tiling, strict=True):
+            rec = copy.deepcopy(records[i])
+            gained = False
+            for fact in rec["kernel_facts"]:
+                row = rows.get(fact["name"])
+                if (row is None or row.error or row.registers is None
+                        or row.registers != fact.get("registers")):
+                    continue
+                for key in LOOP_FACTS:
+                    fact[key] = getattr(row, key)
+                gained = gained or any(fact[key] is not None for key in LOOP_FACTS)
+            if gained:
+                out[i] = rec
+                filled += 1
+        if progress is not None:
+            progress(done, len(groups))
+    return out, filled
