@@ -30,10 +30,10 @@ where only the spilled bytes are known). The reloads reach L2: in the H200 recor
 forward at d = 128, 128 x 64, 4 warps (255 registers, spilling in its loop) read 12-20 KB
 and wrote 15-17 KB more of L2 per CTA and iteration than its tiles, and Nsight Compute has
 its warps waiting on long scoreboards (L1TEX: global and local memory) 3.6 cycles per
-instruction, where the same forward at 128 x 32 does not show the stall
-(``validation/records/raw/h200-stalls-2026-11-30``). Within a phase the engines issue all
-loads together, run the compute when they have arrived, then issue the stores; every
-schedule's phases are written in that order.
+instruction, where the same forward at 128 x 32 does not show the stall, and L1 hitting 5%
+of its sectors (``validation/records/raw/h200-stalls-2026-11-30``). Within a phase the
+engines issue all loads together, run the compute when they have arrived, then issue the
+stores; every schedule's phases are written in that order.
 """
 
 from __future__ import annotations
