@@ -198,7 +198,7 @@ def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
     return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
-def reload_waits(given: CompiledResources) -> int:
+def spill_round_trips(given: CompiledResources) -> int:
     """L2 round trips one loop iteration waits for its reloaded spills (module docstring):
     the compile's count of waits, or one where it spills but the count is not known."""
     if not given.spill_bytes_per_iteration:
@@ -228,7 +228,7 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     spill = given.spill_bytes_per_iteration or 0
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
                      costs, staging, spill * schedule.tiling.threads)
-    loop.path_s += hw.iteration_overhead_s + reload_waits(given) * hw.l2_latency_s
+    loop.path_s += hw.iteration_overhead_s + spill_round_trips(given) * hw.l2_latency_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
         name=kernel.name, grid=kernel.grid, sram_bytes=res.smem_per_cta_bytes, residency=res,
