@@ -216,3 +216,17 @@ def test_cli_bad_plan_is_one_error_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"tilesim: stalls: plan {folder / 'plan.json'}: no 'hardware' (not a "
                    "tilesim plan?)"]
+
+
+def test_every_stall_id_list_names_configs_of_the_default_plan():
+    """``run_stalls.sh`` profiles the configs a list names, looked up in the frozen default
+    plan: a name that is not there would be profiled as nothing, on the GPU's time."""
+    from pathlib import Path
+
+    plans = Path(__file__).parent.parent / "validation/plans"
+    ids = {c["id"] for c in json.loads((plans / "default.json").read_text())["configs"]}
+    lists = sorted(plans.glob("stall_ids*.txt"))
+    assert len(lists) >= 3
+    for path in lists:
+        named = path.read_text().split()
+        assert named and set(named) <= ids, path.name

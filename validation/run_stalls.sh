@@ -3,7 +3,11 @@
 # Nsight Compute's sections (speed of light, pipe utilisation, instruction mix, occupancy,
 # warp states and stall reasons, scheduler statistics) for a few configs of the default
 # plan (validation/plans/stall_ids.txt: every tiling of six N = 4096 shapes; the first run
-# on 2026-11-30, 60 s; stall_ids_more.txt: the plan's other N = 4096 configs, 75 s). The
+# on 2026-11-30, 60 s; stall_ids_more.txt: the plan's other N = 4096 configs, 75 s;
+# stall_ids_next.txt, not yet run: FA2's spilling forward (d = 128, 128x64, 4 warps) and
+# dK/dV at 128x64 with 8 warps, causal and not, beside a tiling that does not spill, and
+# naive attention at N = 8k and 16k, causal and not, whose softmax at 16k causal took twice
+# the non-causal's time; naive last, since replaying its N x N kernels costs most). The
 # matrix run (run_device.sh) measures time and traffic; this run explains the compute side,
 # which the model's time missed most (BENCHMARKS.md, "Validation"). Read the folders with
 # python -m validation.stalls; validation/records/raw/h200-stalls-2026-11-30 holds both.
