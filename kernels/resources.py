@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import itertools
 import json
@@ -432,7 +433,7 @@ def reload_waits(body: list[str]) -> int:
             operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
             registers = [_operand_registers(opcode, o, i) for i, o in enumerate(operands)]
             writes_first = operands and not opcode.startswith(_SASS_READS_FIRST)
-            read = set().union(*registers[1 if writes_first else 0:]) if registers else set()
+            read = set().union(*registers[1 if writes_first else 0:])
             written = registers[0] if writes_first else set()
             if pending & (read | written):
                 waits += counted
@@ -440,6 +441,17 @@ def reload_waits(body: list[str]) -> int:
             if opcode.startswith("LDL"):
                 pending |= written
     return waits
+
+
+def require_compiler(option: str) -> None:
+    """``ProblemError`` (one line) naming ``option`` unless torch and triton are installed
+    here: looked for, not imported (the compile workers import them, the caller need not)."""
+    from traces.problem import ProblemError
+
+    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ProblemError(f"{option} compiles the kernels here and needs torch and triton "
+                           f"({missing[0]} is missing): pip install 'tilesim[kernels]'")
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling,

@@ -69,9 +69,21 @@ def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkey
 
 
 def test_without_triton_it_says_so_in_one_line(monkeypatch):
+    """Both options that compile here (``kernels.resources.require_compiler``) name
+    themselves and the missing package in one line."""
+    from simulator.cli.common import compile_resources
+    from traces.problem import AttentionProblem
+    from traces.tiling import Tiling
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "triton" else real(name, *args))
     with pytest.raises(ProblemError) as info:
         fill_loop_facts([_record(SPILLING)])
-    assert "triton" in str(info.value) and "\n" not in str(info.value)
+    assert "--fill-loop-facts" in str(info.value) and "triton is missing" in str(info.value)
+    assert "\n" not in str(info.value)
+    problem = AttentionProblem(batch=1, heads=2, seq_q=256, head_dim=64)
+    with pytest.raises(ProblemError) as info:
+        compile_resources(problem, [Tiling(64, 64, 2, 4)], "fa2", load_hardware("h200-sxm"))
+    assert "--compiled-resources" in str(info.value) and "triton is missing" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -19,7 +19,6 @@ how many records were filled, and records that carry their own are never touched
 from __future__ import annotations
 
 import copy
-import importlib.util
 from collections import defaultdict
 
 from traces.problem import AttentionProblem, ProblemError
@@ -51,11 +50,9 @@ def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int
     (copies; the others as they were), and how many records gained any. ``progress(done,
     total)`` hears of each problem compiled. ``ProblemError`` (one line) when nothing can be
     compiled here (no torch or triton)."""
-    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ProblemError(f"--fill-loop-facts compiles the kernels here and needs torch and "
-                           f"triton ({missing[0]} is missing): pip install 'tilesim[kernels]'")
-    from kernels import resources
+    from kernels import resources  # imports neither torch nor triton
+
+    resources.require_compiler("--fill-loop-facts")
 
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, rec in enumerate(records):
@@ -71,6 +68,9 @@ def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int
             per_tiling = resources.schedule_resources(problem, tilings, names, arch)
         except ValueError:  # a kernel without a twin here, a head_dim none compiles
             continue
+        except ImportError as exc:  # installed, but broken
+            raise ProblemError(f"--fill-loop-facts: cannot import {exc.name or 'triton'}: "
+                               f"{exc}") from None
         except RuntimeError as exc:  # the compile workers failed
             raise ProblemError(f"--fill-loop-facts: {exc}") from None
         for i, rows in zip(members, per_tiling, strict=True):

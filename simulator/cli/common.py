@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -70,14 +69,11 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     """For each tiling, kernel name -> ``CompiledResources`` of the schedule's Triton twins
     compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
     ``ProblemError`` (one line) when none can be compiled here at all."""
+    from kernels import resources  # imports neither torch nor triton
     from simulator.occupancy import CompiledResources, spill_per_iteration
     from traces.schedules import build_schedule
 
-    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
-    if missing:  # looked for, not imported: the workers import them, this process need not
-        raise ProblemError(f"--compiled-resources needs torch and triton ({missing[0]} is "
-                           "missing): pip install 'tilesim[kernels]'")
-    from kernels import resources
+    resources.require_compiler("--compiled-resources")
 
     if hw.compute_capability not in resources.MAX_SHARED_BYTES:
         raise ProblemError(f"--compiled-resources compiles for sm_80 or sm_90; {hw.name} has "
