@@ -133,6 +133,9 @@ class KernelResources:
     spill_load_bytes_per_iteration: int | None = None
     spill_store_bytes_per_iteration: int | None = None
     spill_reload_waits: int | None = None
+    # Warp shuffles (SHFL) a warp issues per iteration of the main loop: its row
+    # reductions (``traces.schedules.mma_layout.shuffles``). None without the loop.
+    loop_shuffles: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -342,18 +345,13 @@ def main_loop_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, i
     return found if found is not None else (None, None, None, None)
 
 
-def main_loop(sass: str) -> tuple[int, int, int, int] | None:
-    """``(instructions, spill bytes loaded, spill bytes stored, reload waits)`` of one
-    iteration of a kernel's main loop, per warp and per thread, from its SASS.
+def main_loop_body(sass: str) -> list[str] | None:
+    """The SASS instructions of one iteration of a kernel's main loop, in order; None if
+    the SASS has no loop with matmuls.
 
     Loops are the spans a backward branch closes; the kernels' innermost loops with matmuls
     (``HGMMA``/``HMMA``) are copies of one loop body, masked and unmasked, and the main loop
-    is the copy with the fewest instructions: masking only adds some. Each ``LDL``/``STL``
-    (local memory: spilled registers) counts its width, 4 bytes, or 8/16 with
-    ``.64``/``.128``; ``reload_waits`` counts the times a warp waits for reloaded spills.
-    None if the SASS has no loop with matmuls. On the H200 stall profiles the instructions
-    agree with Nsight Compute's count per warp and iteration (``tests/test_kernels_aot.py``).
-    """
+    is the copy with the fewest instructions: masking only adds some."""
     code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
     loops = [(int(m.group(1), 16), addr) for addr, op in code
              if (m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr]
@@ -362,17 +360,39 @@ def main_loop(sass: str) -> tuple[int, int, int, int] | None:
     best = None
     for lo, hi in innermost:
         body = [op for addr, op in code if lo <= addr <= hi]
-        if not any(_SASS_MMA.search(op) for op in body):
-            continue
-        moved = {"LDL": 0, "STL": 0}
-        for op in body:
-            if m := _SASS_LOCAL.match(op):
-                mods = m.group(2) or ""
-                moved[m.group(1)] += 16 if ".128" in mods else 8 if ".64" in mods else 4
-        found = (len(body), moved["LDL"], moved["STL"], reload_waits(body))
-        if best is None or found[0] < best[0]:
-            best = found
+        if any(_SASS_MMA.search(op) for op in body) and (best is None or len(body) < len(best)):
+            best = body
     return best
+
+
+def main_loop(sass: str) -> tuple[int, int, int, int] | None:
+    """``(instructions, spill bytes loaded, spill bytes stored, reload waits)`` of one
+    iteration of a kernel's main loop (``main_loop_body``), per warp and per thread, from
+    its SASS.
+
+    Each ``LDL``/``STL`` (local memory: spilled registers) counts its width, 4 bytes, or
+    8/16 with ``.64``/``.128``; ``reload_waits`` counts the times a warp waits for reloaded
+    spills. None if the SASS has no loop with matmuls. On the H200 stall profiles the
+    instructions agree with Nsight Compute's count per warp and iteration
+    (``tests/test_kernels_aot.py``).
+    """
+    body = main_loop_body(sass)
+    return None if body is None else loop_facts(body)
+
+
+def loop_facts(body: list[str]) -> tuple[int, int, int, int]:
+    """``main_loop``'s facts of a loop ``body`` (``main_loop_body``)."""
+    moved = {"LDL": 0, "STL": 0}
+    for op in body:
+        if m := _SASS_LOCAL.match(op):
+            mods = m.group(2) or ""
+            moved[m.group(1)] += 16 if ".128" in mods else 8 if ".64" in mods else 4
+    return len(body), moved["LDL"], moved["STL"], reload_waits(body)
+
+
+def shuffles_in(body: list[str]) -> int:
+    """The warp shuffles (``SHFL``) among SASS instructions ``body``, predicated or not."""
+    return sum(1 for op in body if _SASS_GUARD.sub("", op).startswith("SHFL"))
 
 
 _SASS_GUARD = re.compile(r"^@!?U?P\w+\s+")
@@ -482,8 +502,10 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
         return KernelResources(**fields, shared_bytes=None, registers=None, spill_bytes=None,
                                error=(message[-1] if message else type(exc).__name__)[:200])
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
-    loop_instructions, spill_loaded, spill_stored, reloads = main_loop_costs(
-        compiled.asm["cubin"])
+    sass = _cuobjdump(compiled.asm["cubin"], "-sass")
+    body = main_loop_body(sass) if sass else None
+    loop_instructions, spill_loaded, spill_stored, reloads = (
+        loop_facts(body) if body else (None, None, None, None))
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     in_flight, after_compute = loop_pipeline(ttgir)
     return KernelResources(**fields, shared_bytes=int(compiled.metadata.shared),
@@ -493,6 +515,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            spill_load_bytes_per_iteration=spill_loaded,
                            spill_store_bytes_per_iteration=spill_stored,
                            spill_reload_waits=reloads,
+                           loop_shuffles=None if body is None else shuffles_in(body),
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),

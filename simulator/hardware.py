@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from traces.problem import ProblemError
@@ -26,6 +26,8 @@ ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overla
                 "smem_overlap")
 
 
+# Fields a preset may leave out (the dataclass's default, None, says what that means).
+OPTIONAL = ("sm_clock_tensor_hz",)
 L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
 # Fields a preset records for readers that no part of the model reads: a --set on them
 # would change nothing, so it is refused with the reason.
@@ -85,10 +87,15 @@ class Hardware:
     # Kernels
     kernel_launch_overhead_s: float
     iteration_overhead_s: float  # fixed latency of each loop iteration of a CTA
+    # The SM clock while a kernel's warps issue tensor-core instructions, where the GPU
+    # lowers it then (``at_tensor_clock``); None: the SMs keep ``sm_clock_hz``.
+    sm_clock_tensor_hz: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in OPTIONAL and value is None:
+                continue
             if f.name in ("name", "display_name"):
                 if not isinstance(value, str) or not value:
                     raise HardwareError(f'hardware "{f.name}" must be a non-empty string.')
@@ -169,6 +176,20 @@ class Hardware:
         """
         smem_per_s = self.smem_bandwidth_bytes_per_clk_per_sm * self.sm_clock_hz
         return smem_per_s / (self.tensor_flops_per_s[dtype] / self.sm_count)
+
+    def at_tensor_clock(self) -> Hardware:
+        """This GPU as a kernel with matmuls sees it: its SMs at ``sm_clock_tensor_hz``
+        (itself where that is not given or is the same clock). The rates counted per clock
+        scale with it: the exp unit's, the FP32 ALUs' and shared memory's (bytes per clock
+        at ``sm_clock_hz``). The tensor-core rate does not: its ``tensor_efficiency`` is a
+        matmul's measured throughput over the datasheet peak, at the clock that matmul ran.
+        Nor do L2 and HBM, which run in clock domains of their own."""
+        clock = self.sm_clock_tensor_hz
+        if clock is None or clock == self.sm_clock_hz:
+            return self
+        ratio = clock / self.sm_clock_hz
+        return replace(self, sm_clock_hz=clock, exp_ops_per_s=self.exp_ops_per_s * ratio,
+                       fp32_flops_per_s=self.fp32_flops_per_s * ratio)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -265,7 +286,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     unknown = sorted(set(flat) - known)
     if unknown:
         raise HardwareError(f"hardware file {path}: unknown keys {', '.join(unknown)}")
-    missing = sorted(known - set(flat))
+    missing = sorted(known - set(flat) - set(OPTIONAL))
     if missing:
         raise HardwareError(f"hardware file {path}: missing keys {', '.join(missing)}")
     return Hardware(**flat)

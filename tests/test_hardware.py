@@ -14,6 +14,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.hardware import (
+    OPTIONAL,
     PRESET_DIR,
     TENSOR_DTYPES,
     Hardware,
@@ -59,8 +60,10 @@ def test_preset_loads(preset):
 def test_every_number_has_a_source_comment(preset):
     text = (PRESET_DIR / f"{preset}.toml").read_text()
     numeric = [m for line in text.splitlines() if (m := NUMBER_LINE.match(line))]
-    # One number per line: the dataclass's numeric fields plus one line per tensor dtype.
-    assert len(numeric) == len(NUMERIC_FIELDS) - 1 + len(TENSOR_DTYPES)
+    # One number per line: the dataclass's numeric fields plus one line per tensor dtype,
+    # less the optional fields the preset leaves out.
+    absent = [name for name in OPTIONAL if getattr(load_hardware(preset), name) is None]
+    assert len(numeric) == len(NUMERIC_FIELDS) - 1 + len(TENSOR_DTYPES) - len(absent)
     for m in numeric:
         key, value, rest = m.groups()
         assert rest.startswith("#"), f"{preset}: {key} = {value} has no source comment"
@@ -123,6 +126,36 @@ def test_h200_efficiencies_are_the_most_its_records_reached():
     h200 = load_hardware("h200-sxm")
     assert h200.hbm_efficiency == pytest.approx(dram / h200.hbm_bandwidth_bytes_per_s, abs=1e-3)
     assert h200.l2_efficiency == pytest.approx(l2 / h200.l2_bandwidth_bytes_per_s, abs=1e-3)
+
+
+def test_h200_tensor_clock_is_the_median_its_profiles_measured():
+    """sm_clock_tensor_hz of the H200 preset: the median SM clock (Nsight Compute's GPC
+    cycles per second) of the profiled launches of our kernels with matmuls; the kernels
+    without ran near the preset's sm_clock_hz, as that field assumes."""
+    from validation import stalls
+
+    root = REPO / "validation/records/raw/h200-stalls-2026-11-30"
+    launches = [x for folder in sorted(root.iterdir()) for x in stalls.read_folder(folder)]
+    _, matmuls = stalls.matmul_kernels()
+    summary = stalls.clock_summary(launches, matmuls)
+    assert summary["matmul"]["n"] == 96 and summary["other"]["n"] == 43
+    h200 = load_hardware("h200-sxm")
+    assert h200.sm_clock_tensor_hz == pytest.approx(summary["matmul"]["median"], rel=1e-3)
+    assert summary["other"]["median"] == pytest.approx(h200.sm_clock_hz, rel=0.01)
+
+
+def test_tensor_clock_scales_the_rates_counted_per_clock_and_nothing_else():
+    h200 = load_hardware("h200-sxm")
+    slow = h200.at_tensor_clock()
+    ratio = h200.sm_clock_tensor_hz / h200.sm_clock_hz
+    assert slow.sm_clock_hz == h200.sm_clock_tensor_hz
+    assert slow.exp_ops_per_s == pytest.approx(16 * 132 * h200.sm_clock_tensor_hz)
+    assert slow.fp32_flops_per_s == pytest.approx(h200.fp32_flops_per_s * ratio)
+    changed = {k for k, v in h200.to_dict().items() if slow.to_dict()[k] != v}
+    assert changed == {"sm_clock_hz", "exp_ops_per_s", "fp32_flops_per_s"}
+    assert slow.at_tensor_clock() is slow  # already there
+    h100 = load_hardware("h100-sxm5")  # gives no tensor clock: the SMs keep theirs
+    assert h100.sm_clock_tensor_hz is None and h100.at_tensor_clock() is h100
 
 
 def test_same_chip_differs_only_where_it_should():

@@ -438,3 +438,38 @@ def test_main_loop_instructions_match_the_h200_instruction_counts():
             assert r.loop_instructions == pytest.approx(measured, rel=0.2), launch.config
             checked += 1
     assert checked == 9
+
+
+def test_loop_shuffles_are_the_row_reductions_the_model_counts():
+    """The warp shuffles in the main loop's SASS (sm_90) against
+    ``mma_layout.shuffles``: the forward's row max and sum, two butterfly levels per row a
+    thread holds, two more where 4 warps share a row (mma.sync at 32 x 32 and 16 x 64, and
+    decode's 16-row split); wgmma tilings with every warp along M; none in the backward."""
+    from simulator.hardware import load_hardware
+    from simulator.sim.compute import uses_wgmma
+    from traces.problem import AttentionProblem
+    from traces.schedules import build_schedule
+    from traces.schedules.mma_layout import shuffles
+
+    h200 = load_hardware("h200-sxm")
+    cases = [("fa2", "fa2_fwd", AttentionProblem(1, 1, 1024, 64),
+              [Tiling(32, 32, 2, 4), Tiling(16, 64, 2, 4), Tiling(128, 64, 3, 8),
+               Tiling(128, 32, 3, 4), Tiling(64, 32, 2, 4)]),
+             ("fa2", "fa2_bwd_dq", AttentionProblem(1, 1, 1024, 64, pass_="bwd"),
+              [Tiling(32, 32, 2, 4)]),
+             ("decode", "decode_split", AttentionProblem(1, 32, 1, 64, seq_kv=1024, kv_heads=8),
+              [Tiling(16, 32, 2, 4, split_kv=4), Tiling(16, 128, 2, 4, split_kv=4)])]
+    seen = set()
+    for schedule, name, problem, tilings in cases:
+        shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
+                 "decode_rows": problem.group_size * problem.seq_q}
+        compiled = resources.measure([name], archs=(90,), dtype="bf16", head_dim=64,
+                                     tilings=tilings, **shape)
+        for tiling, r in zip(tilings, compiled, strict=True):
+            (kernel,) = [k for k in build_schedule(problem, tiling, schedule).kernels
+                         if k.name == name]
+            wgmma = uses_wgmma(h200, kernel.mma_rows, tiling.num_warps)
+            expected = shuffles(list(kernel.dots), tiling.num_warps, wgmma)
+            assert r.loop_shuffles * tiling.num_warps == expected, (name, tiling)
+            seen.add(r.loop_shuffles)
+    assert seen == {0, 8, 16, 32}

@@ -300,7 +300,8 @@ def test_spilled_registers_take_the_l1_data_path_every_iteration():
     (plain,), (spill,) = (schedule_programs(schedule, H200, compiled=c)
                           for c in (given, spilled))
     smem = UNITS.index("smem")
-    rate = H200.smem_bandwidth_bytes_per_clk_per_sm * H200.sm_clock_hz
+    # at the clock the SMs run a kernel with matmuls at
+    rate = H200.smem_bandwidth_bytes_per_clk_per_sm * H200.sm_clock_tensor_hz
     extra = spill.loop.unit_s[smem] - plain.loop.unit_s[smem]
     assert np.allclose(extra, 236 * tiling.threads / rate)
     others = [u for u in range(len(UNITS)) if u != smem]

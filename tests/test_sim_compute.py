@@ -45,9 +45,9 @@ def test_shared_memory_overlaps_the_math_pipes_by_its_own_share():
     # the math pipes as above (5.43 and 5.62 at the preset's unit overlap), then shared
     # memory: 2 s beside the first step's math (shorter), 9 s beside the second's (longer)
     with_smem = np.vstack([UNITS, [[2.0, 9.0]]])
-    assert HW.smem_overlap == 0.38
-    assert busy_seconds(with_smem, HW).tolist() == pytest.approx([5.43 + 0.62 * 2.0,
-                                                                  9.0 + 0.62 * 5.62])
+    assert HW.smem_overlap == 0.63
+    assert busy_seconds(with_smem, HW).tolist() == pytest.approx([5.43 + 0.37 * 2.0,
+                                                                  9.0 + 0.37 * 5.62])
     taking_turns = dataclasses.replace(HW, smem_overlap=0.0)
     assert busy_seconds(with_smem, taking_turns).tolist() == pytest.approx([7.43, 14.62])
     assert busy_seconds(with_smem, dataclasses.replace(HW, smem_overlap=1.0)).tolist() == (

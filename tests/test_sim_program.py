@@ -116,10 +116,12 @@ def test_totals_are_the_closed_form_counts(name, problem, tiling):
         smem = _timed_work(kernel, prog, tiling, problem.dtype)[3]
         wgmma = uses_wgmma(HW, kernel.mma_rows, tiling.num_warps)
         costs = matmul_costs(list(kernel.dots), tiling.num_warps, problem.elem_bytes, wgmma)
-        # mma.sync matmuls read their operands from shared memory, wgmma ones do not; an
-        # mma.sync kernel also stages its tiles there: every tile loaded (not a vector), and
-        # twice every tile stored, whole tiles as issued (the counts: valid bytes)
-        reads = 0.0 if wgmma else work[0] * costs.smem_bytes_per_flop
+        # mma.sync matmuls read their operands from shared memory, wgmma ones do not, and
+        # the shuffles of their row reductions take a clock of it each (128 bytes' worth);
+        # an mma.sync kernel also stages its tiles there: every tile loaded (not a vector),
+        # and twice every tile stored, whole tiles as issued (the counts: valid bytes)
+        per_flop = costs.smem_bytes_per_flop + costs.shuffles_per_flop * 128
+        reads = 0.0 if wgmma else work[0] * per_flop
         tiled = _tiled_tensors(kernel)
         staged = 0 if wgmma or not kernel.dots else (
             sum(count.reads.get(t, 0) for t in tiled)
@@ -223,7 +225,8 @@ def test_mma_sync_staging_by_hand():
     sched = build_schedule(problem, tiling, "fa2")
     kernel, prog = sched.kernels[0], schedule_programs(sched, HW)[0]
     assert not uses_wgmma(HW, kernel.mma_rows, tiling.num_warps)
-    per_flop = matmul_costs(list(kernel.dots), tiling.num_warps, 2, False).smem_bytes_per_flop
+    costs = matmul_costs(list(kernel.dots), tiling.num_warps, 2, False)
+    per_flop = costs.smem_bytes_per_flop + costs.shuffles_per_flop * 128  # a clock each
     smem = _timed_work(kernel, prog, tiling, problem.dtype)[3]
     staged = smem - prog.totals()["work"][0].sum() * per_flop
     assert staged == pytest.approx(4 * (4096 + 4 * 2 * 4096 + 2 * 4096), rel=1e-12)

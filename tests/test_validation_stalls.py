@@ -24,12 +24,13 @@ from validation.records import KERNEL_COUNTER_KEYS
 COLUMNS = ["ID", "Kernel Name", stalls.DURATION, stalls.TENSOR, stalls.EXP, stalls.FMA,
            stalls.ISSUE, stalls.WARPS,
            stalls.STALL_PREFIX + "wait" + stalls.STALL_SUFFIX,
-           stalls.STALL_PREFIX + "barrier" + stalls.STALL_SUFFIX, stalls.LSU]
-UNITS = ["", "", "ns", "%", "%", "%", "%", "warp", "inst", "inst", "%"]
-# (kernel, duration ns, tensor, exp, fma, lsu): pipes summing 117, 70 and 110 percent
-LAUNCHES = [("fa2_fwd", "642,016", 46.3, 49.2, 21.5, 30.0),
-            ("fa2_bwd_dkdv", "2,758,200", 40.0, 20.0, 10.0, 85.0),
-            ("fa2_bwd_dq", "717,300", 60.0, 40.0, 10.0, 20.0)]
+           stalls.STALL_PREFIX + "barrier" + stalls.STALL_SUFFIX, stalls.LSU, stalls.CLOCK]
+UNITS = ["", "", "ns", "%", "%", "%", "%", "warp", "inst", "inst", "%", "hz"]
+# (kernel, duration ns, tensor, exp, fma, lsu, SM clock Hz): pipes summing 117, 70 and 110
+# percent
+LAUNCHES = [("fa2_fwd", "642,016", 46.3, 49.2, 21.5, 30.0, 1.77e9),
+            ("fa2_bwd_dkdv", "2,758,200", 40.0, 20.0, 10.0, 85.0, 1.8e9),
+            ("fa2_bwd_dq", "717,300", 60.0, 40.0, 10.0, 20.0, 1.79e9)]
 # The configs' tilings: the forward's 128 x 64 on 8 warps and the backward's dQ (64 rows)
 # compile to wgmma on the H200; the backward's dK/dV (32 K/V rows) to mma.sync.
 PLAN = {"hardware": "h200-sxm", "configs": [
@@ -47,9 +48,9 @@ def _write(folder, launches=LAUNCHES, manifest=None):
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
     writer.writerow(COLUMNS)
     writer.writerow(UNITS)
-    for i, (name, ns, t, x, f, lsu) in enumerate(launches):
+    for i, (name, ns, t, x, f, lsu, clock) in enumerate(launches):
         writer.writerow([str(i), name, ns, f"{t:.2f}", f"{x:.2f}", f"{f:.2f}", "49.85",
-                         "15.59", "1.45", "1.23", f"{lsu:.2f}"])
+                         "15.59", "1.45", "1.23", f"{lsu:.2f}", f"{clock:,.2f}"])
     out.write("==PROF== Disconnected from process 1020\n")
     (folder / "stalls.csv").write_text(out.getvalue())
     manifest = manifest or [
@@ -73,6 +74,7 @@ def test_launches_are_read_in_base_units_and_labelled_by_the_manifest(tmp_path):
     assert (first.issue_pct, first.warps) == (49.85, 15.59)
     assert first.stalls == {"wait": 1.45, "barrier": 1.23}
     assert first.lsu_pct == 30.0
+    assert first.clock_hz == 1.77e9
 
 
 def test_overlap_bound_is_the_share_beyond_100_percent_of_the_non_busiest_pipes(tmp_path):
@@ -87,10 +89,11 @@ def test_overlap_bound_is_the_share_beyond_100_percent_of_the_non_busiest_pipes(
 
 
 # Shared-memory bytes the matrix run counted for the backward's kernels: dK/dV's is 85% of
-# the H200's 128 B/clk x 1.98 GHz x 132 SMs over its 2,758.2 us; dQ's 20% over 717.3 us.
-H200_SMEM_PEAK = 128 * 1.98e9 * 132
-SMEM_BYTES = {"fa2_bwd_dkdv": 0.85 * H200_SMEM_PEAK * 2758.2e-6,
-              "fa2_bwd_dq": 0.20 * H200_SMEM_PEAK * 717.3e-6}
+# the H200's 128 B/clk x 132 SMs at the 1.8 GHz it ran over its 2,758.2 us; dQ's 20% at
+# 1.79 GHz over 717.3 us.
+H200_SMEM_PER_CLOCK = 128 * 132
+SMEM_BYTES = {"fa2_bwd_dkdv": 0.85 * H200_SMEM_PER_CLOCK * 1.8e9 * 2758.2e-6,
+              "fa2_bwd_dq": 0.20 * H200_SMEM_PER_CLOCK * 1.79e9 * 717.3e-6}
 
 
 def _records() -> list[dict]:
@@ -107,6 +110,8 @@ def _records() -> list[dict]:
 
 def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_path):
     first, second, third = launches = stalls.read_folder(_write(tmp_path))
+    for launch in launches:  # profiles without the LSU wavefronts: the records' bytes
+        launch.lsu_pct = None
     hw, sync = stalls.mma_sync_kernels(tmp_path / "plan.json")
     assert sync == {"fa2-fwd-x": set(), "fa2-bwd-x": {"fa2_bwd_dkdv"}}
     assert stalls.attach_smem(launches, _records(), hw) == 2  # the forward has no record
@@ -129,6 +134,23 @@ def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_p
     summary = stalls.smem_overlap_summary(launches, sync, 0.2)  # dK/dV only: mma.sync
     assert (summary["launches"], summary["n"]) == (1, 1)
     assert summary["median"] == pytest.approx(49.0 / 64.0)
+    # a profile without the clock: shared memory at the preset's sm_clock_hz (1.98 GHz)
+    second.smem_pct, second.clock_hz = None, None
+    assert stalls.attach_smem([second], _records(), hw) == 1
+    assert second.smem_pct == pytest.approx(85.0 * 1.8 / 1.98)
+
+
+def test_the_data_pipe_share_is_its_lsu_wavefronts_where_profiled(tmp_path):
+    """The L1 data pipe's LSU wavefronts are what the model's smem unit times (shared bytes
+    and shuffles): where the profile has them they bound the overlap, not the bytes."""
+    _, second, _ = launches = stalls.read_folder(_write(tmp_path))
+    hw, _ = stalls.mma_sync_kernels(tmp_path / "plan.json")
+    stalls.attach_smem(launches, _records(), hw)
+    second.lsu_pct = 94.0  # dK/dV: shared bytes 85%, wavefronts 94% (its shuffles, say)
+    assert second.data_pipe_pct == 94.0
+    assert second.smem_overlap_bound(0.2) == pytest.approx((94.0 + 64.0 - 100.0) / 64.0)
+    second.lsu_pct = None
+    assert second.data_pipe_pct == pytest.approx(85.0)
 
 
 def test_issue_latency_is_the_median_cycles_per_instruction_of_free_wgmma_launches(tmp_path):
@@ -166,6 +188,25 @@ def test_issue_latency_on_the_h200_profiles():
         dkdv.warps / 4 / (dkdv.issue_pct / 100), rel=0.05)
 
 
+def test_clock_summary_splits_kernels_with_matmuls_from_the_others(tmp_path):
+    launches = stalls.read_folder(_write(tmp_path))
+    _, matmuls = stalls.matmul_kernels(tmp_path / "plan.json")
+    assert matmuls == {"fa2-fwd-x": {"fa2_fwd": True},
+                       "fa2-bwd-x": {"fa2_bwd_dkdv": False, "fa2_bwd_dq": True}}
+    preprocess = stalls.Launch("fa2-bwd-x", "fa2_bwd_preprocess", 2e-5,
+                               {"tensor": 0.0, "exp": 0.0, "fma": 10.0}, 20.0, 40.0,
+                               clock_hz=1.96e9)
+    setup = stalls.Launch("setup", "fa2_fwd", 6e-4, {"tensor": 40.0, "exp": 40.0, "fma": 20.0},
+                          40.0, 8.0, clock_hz=1.5e9)
+    unprofiled = stalls.Launch("fa2-fwd-x", "fa2_fwd", 6e-4, {"tensor": 40.0, "exp": 40.0,
+                                                             "fma": 20.0}, 40.0, 8.0)
+    summary = stalls.clock_summary([*launches, preprocess, setup, unprofiled], matmuls)
+    assert summary["matmul"] == {"launches": 3, "n": 3, "median": 1.79e9, "min": 1.77e9,
+                                 "max": 1.8e9}
+    assert summary["other"] == {"launches": 1, "n": 1, "median": 1.96e9, "min": 1.96e9,
+                                "max": 1.96e9}
+
+
 def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
     swapped = [LAUNCHES[1], LAUNCHES[0], LAUNCHES[2]]
     with pytest.raises(NcuParseError, match="manifest expects fa2_fwd"):
@@ -177,27 +218,29 @@ def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
 
 def test_cli_prints_each_launch_and_the_median_bounds(tmp_path, capsys):
     folder = _write(tmp_path)
-    assert stalls.main([str(folder)]) == 0
+    assert stalls.main([str(folder), "--plan", str(folder / "plan.json")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 5 and "bound 0.25" in out[0] and "bound" not in out[1]
+    assert len(out) == 6 and "bound 0.25" in out[0] and "bound" not in out[1]
     assert "lsu  85.0" in out[1] and "smem" not in out[1]
-    assert out[-2] == ("unit overlap: 2 of 3 launches have pipes summing past 100%; their "
+    assert out[-3] == ("unit overlap: 2 of 3 launches have pipes summing past 100%; their "
                        "overlap bounds: median 0.225 (0.200-0.251)")
-    assert out[-1] == ("shared-memory overlap: give --records (the matrix run's "
-                       "shared-memory bytes)")
+    assert out[-2] == "SM clock: kernels with matmuls 1.790 GHz (median of 3; 1.770-1.800)"
+    # dK/dV, the one mma.sync launch, at the median unit overlap u = (17 / 67.8 + 0.2) / 2:
+    # math 40 + (1 - u) x 30 beside its data pipe's 85% (LSU wavefronts)
+    u = (17.0 / 67.8 + 0.2) / 2
+    math = 40.0 + (1 - u) * 30.0
+    bound = (85.0 + math - 100.0) / math
+    overlap = (f"shared-memory overlap: 1 of 1 mma.sync launches have the L1 data pipe and "
+               f"math (at unit overlap {u:.3f}) summing past 100%; their overlap bounds: "
+               f"median {bound:.3f} ({bound:.3f}-{bound:.3f})")
+    assert out[-1] == overlap
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps(r) + "\n" for r in _records()))
     assert stalls.main([str(folder), "--plan", str(folder / "plan.json"),
                         "--records", str(records)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "smem  85.0" in out[1]
-    # dK/dV at the median unit overlap u = (17 / 67.8 + 0.2) / 2: math 40 + (1 - u) x 30
-    u = (17.0 / 67.8 + 0.2) / 2
-    math = 40.0 + (1 - u) * 30.0
-    bound = (85.0 + math - 100.0) / math
-    assert out[-1] == (f"shared-memory overlap: 1 of 1 mma.sync launches have shared memory "
-                       f"and math (at unit overlap {u:.3f}) summing past 100%; their overlap "
-                       f"bounds: median {bound:.3f} ({bound:.3f}-{bound:.3f})")
+    assert "smem  85.0" in out[1]  # the records' bytes, listed
+    assert out[-1] == overlap
 
 
 def test_cli_bad_folder_is_one_error_line_and_exit_2(tmp_path, capsys):

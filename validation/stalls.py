@@ -14,18 +14,25 @@ reads such a folder back and derives what the compute model needs from it:
   up to at most 100%. Launches summing below 100% bound nothing (their pipes may take turns
   and still leave the SM idle some of the time). The preset's ``unit_overlap`` is the median
   of these bounds (``simulator.sim.compute``);
-- the shared-memory overlap bound, the same argument for shared memory against the math
-  pipes together. Shared memory's share is its bytes (Nsight Compute's
-  ``sm__sass_data_bytes_mem_shared`` of the same config and kernel in the matrix run's
-  records: a count, the same in every run) over the launch's duration at the preset's
-  bandwidth — the quantity the model's ``smem`` unit times — and the math pipes' is their
-  busy share as the model takes it (the busiest plus ``1 - unit_overlap`` of the rest).
-  Where the two sum past 100%, at least ``(sum - 100) / shorter`` of the shorter one's
-  time ran alongside the other. The preset's ``smem_overlap`` is the median over the
-  launches of kernels that compile to mma.sync (the plan's configs say which tiling a
-  launch ran; wgmma kernels' operand reads are not a unit of the model). The LSU data
-  pipe's own activity (``lsu`` in the listing) runs 0.8-1.9 times the bytes' share: it
-  also counts global loads' wavefronts and bank conflicts, which the model does not.
+- the SM clock each launch ran at (``gpc__cycles_elapsed.avg.per_second``: the SMs are in
+  the GPC clock domain), summarised for the kernels with matmuls and for the others: on
+  the H200 the first ran near 1.79 GHz and the second near 1.97 (the preset's
+  ``sm_clock_tensor_hz``, ``simulator.hardware.Hardware.at_tensor_clock``);
+- the shared-memory overlap bound, the same argument for the L1 data pipe (shared memory's
+  reads and writes, and the warp shuffles, go through it) against the math pipes
+  together. The pipe's share is its LSU wavefronts' percent of peak
+  (``l1tex__data_pipe_lsu_wavefronts``), one a clock: what the model's ``smem`` unit times
+  for an mma.sync kernel (its bytes / 128 plus its shuffles; in our mma.sync launches the
+  wavefronts were 0.83-1.26 times that). Where a profile lacks it, the shared-memory
+  bytes (Nsight Compute's ``sm__sass_data_bytes_mem_shared`` of the same config and kernel
+  in the matrix run's records, ``--records``) over the launch's duration at the preset's
+  bytes per clock, at the clock the launch ran. The math pipes' share is their busy share
+  as the model takes it (the busiest plus ``1 - unit_overlap`` of the rest). Where the two
+  sum past 100%, at least ``(sum - 100) / shorter`` of the shorter one's time ran
+  alongside the other. The preset's ``smem_overlap`` is the median over the launches of
+  kernels that compile to mma.sync (the plan's configs say which tiling a launch ran;
+  wgmma kernels' operand reads are not a unit of the model, and their LSU wavefronts,
+  2-5 times their shared bytes and shuffles, are not what bounds them).
 
     python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ... \
         --records validation/records/h200-default-2026-11-30.jsonl
@@ -50,6 +57,7 @@ ISSUE = "sm__issue_active.avg.pct_of_peak_sustained_elapsed"
 WARPS = "sm__warps_active.avg.per_cycle_active"
 DURATION = "gpu__time_duration.sum"
 LSU = "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed"
+CLOCK = "gpc__cycles_elapsed.avg.per_second"  # the SMs' clock (GPC domain) during the launch
 DEFAULT_PLAN = Path(__file__).parent / "plans" / "default.json"
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
@@ -65,6 +73,7 @@ class Launch:
     warps: float  # resident warps per active cycle
     stalls: dict = field(default_factory=dict)  # reason -> stalls per issued instruction
     lsu_pct: float | None = None  # LSU data pipe, percent of peak (elapsed); None: absent
+    clock_hz: float | None = None  # SM clock during the launch; None: not profiled
     smem_pct: float | None = None  # shared-memory bytes, percent of peak (``attach_smem``)
 
     @property
@@ -90,14 +99,21 @@ class Launch:
         busiest = max(self.pipes_pct.values())
         return busiest + (1.0 - unit_overlap) * (self.pipes_sum_pct - busiest)
 
+    @property
+    def data_pipe_pct(self) -> float | None:
+        """How busy the L1 data pipe was, percent: its LSU wavefronts where profiled, else
+        the shared-memory bytes' share (``attach_smem``); None if neither is known."""
+        return self.lsu_pct if self.lsu_pct is not None else self.smem_pct
+
     def smem_overlap_bound(self, unit_overlap: float) -> float | None:
         """The least share of the shorter of shared-memory and math time that ran alongside
         the other (module docstring), or None where they sum to at most 100% (or the
-        launch's shared-memory bytes are unknown)."""
-        if self.smem_pct is None:
+        launch's data-pipe share is unknown)."""
+        pipe = self.data_pipe_pct
+        if pipe is None:
             return None
         math = self.math_busy_pct(unit_overlap)
-        total, shorter = self.smem_pct + math, min(self.smem_pct, math)
+        total, shorter = pipe + math, min(pipe, math)
         if total <= 100.0 or shorter <= 0.0:
             return None
         return min(1.0, (total - 100.0) / shorter)  # math's share is a model's, not measured
@@ -145,8 +161,14 @@ def read_folder(folder: str | Path) -> list[Launch]:
             issue_pct=value(row, ISSUE), warps=value(row, WARPS),
             stalls={s[len(STALL_PREFIX):-len(STALL_SUFFIX)]: value(row, s) for s in stall_names},
             lsu_pct=value(row, LSU) if LSU in col else None,
+            clock_hz=_known(value(row, CLOCK)) if CLOCK in col else None,
         ))
     return launches
+
+
+def _known(number: float) -> float | None:
+    """``number``, or None for the NaN of a cell ncu left empty."""
+    return None if number != number else number
 
 
 def overlap_summary(launches: list[Launch]) -> dict:
@@ -163,9 +185,9 @@ def _bounds_summary(launches: int, bounds: list[float | None]) -> dict:
             "min": min(bounds), "max": max(bounds)}
 
 
-def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict[str, set[str]]]:
-    """The plan's GPU preset and, per config id of the plan, the kernels whose matmuls
-    compile to mma.sync on it (``compute.uses_wgmma``)."""
+def matmul_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict[str, dict]]:
+    """The plan's GPU preset and, per config id of the plan, its kernels that have matmuls,
+    each with whether they compile to wgmma on it (``compute.uses_wgmma``; False: mma.sync)."""
     from simulator.hardware import load_hardware
     from simulator.sim.compute import uses_wgmma
     from traces.problem import AttentionProblem
@@ -180,11 +202,32 @@ def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict
             tiling = Tiling.from_dict(cfg["tiling"])
             schedule = build_schedule(AttentionProblem.from_dict(cfg["problem"]), tiling,
                                       cfg["schedule"])
-            out[cfg["id"]] = {k.name for k in schedule.kernels if k.mma_rows
-                              and not uses_wgmma(hw, k.mma_rows, tiling.num_warps)}
+            out[cfg["id"]] = {k.name: uses_wgmma(hw, k.mma_rows, tiling.num_warps)
+                              for k in schedule.kernels if k.mma_rows}
     except (KeyError, TypeError) as exc:
         raise ValueError(f"plan {plan_path}: no {exc} (not a tilesim plan?)") from None
     return hw, out
+
+
+def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict[str, set[str]]]:
+    """The plan's GPU preset and, per config id of the plan, the kernels whose matmuls
+    compile to mma.sync on it (``compute.uses_wgmma``)."""
+    hw, matmuls = matmul_kernels(plan_path)
+    return hw, {config: {name for name, wgmma in kernels.items() if not wgmma}
+                for config, kernels in matmuls.items()}
+
+
+def clock_summary(launches: list[Launch], matmuls: dict[str, dict]) -> dict:
+    """The SM clock the launches ran at (Nsight Compute's GPC cycles per second), split
+    into the launches of kernels with matmuls (``matmuls``: per config, as
+    ``matmul_kernels`` gives them) and the others: per group n, median, range (Hz)."""
+    groups = {"matmul": [], "other": []}
+    for launch in launches:
+        if launch.clock_hz is None or launch.config not in matmuls:
+            continue  # not profiled, or a backward's set-up forward (config "setup")
+        has_matmul = launch.kernel in matmuls[launch.config]
+        groups["matmul" if has_matmul else "other"].append(launch.clock_hz)
+    return {name: _bounds_summary(len(values), values) for name, values in groups.items()}
 
 
 def issue_latency_summary(launches: list[Launch], sync: dict[str, set[str]]) -> dict:
@@ -207,10 +250,11 @@ def issue_latency_summary(launches: list[Launch], sync: dict[str, set[str]]) -> 
 def attach_smem(launches: list[Launch], records: list[dict], hw) -> int:
     """Set each launch's ``smem_pct`` from the records' shared-memory bytes of its config
     and kernel (the latest record of each config) over its own duration, at ``hw``'s
-    shared-memory bandwidth on every SM. Returns how many launches got one."""
+    shared-memory bytes per clock on every SM, at the clock the launch ran (``hw``'s
+    ``sm_clock_hz`` where the profile lacks it). Returns how many launches got one."""
     from validation.records import latest_per_config
 
-    peak = hw.smem_bandwidth_bytes_per_clk_per_sm * hw.sm_clock_hz * hw.sm_count
+    per_clock = hw.smem_bandwidth_bytes_per_clk_per_sm * hw.sm_count
     smem = {}
     for rec in latest_per_config(records)[0]:
         for k in (rec.get("counters") or {}).get("kernels") or []:
@@ -220,7 +264,8 @@ def attach_smem(launches: list[Launch], records: list[dict], hw) -> int:
     for launch in launches:
         nbytes = smem.get((launch.config, launch.kernel))
         if nbytes is not None and launch.duration_s > 0:
-            launch.smem_pct = 100.0 * nbytes / launch.duration_s / peak
+            clock = launch.clock_hz or hw.sm_clock_hz
+            launch.smem_pct = 100.0 * nbytes / launch.duration_s / (per_clock * clock)
             found += 1
     return found
 
@@ -246,27 +291,39 @@ def _row(launch: Launch) -> str:
             f"warps {launch.warps:4.1f}  | " + ", ".join(f"{k} {v:.2f}" for k, v in top))
 
 
+def _clock_line(summary: dict) -> str:
+    parts = []
+    for name, label in (("matmul", "kernels with matmuls"), ("other", "the others")):
+        c = summary[name]
+        if c["n"]:
+            parts.append(f"{label} {c['median'] / 1e9:.3f} GHz (median of {c['n']}; "
+                         f"{c['min'] / 1e9:.3f}-{c['max'] / 1e9:.3f})")
+    return "SM clock: " + ("; ".join(parts) if parts else "not in the profiles")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.stalls",
                                      description="Pipe activity and stall reasons per launch "
                                      "from run_stalls.sh folders; the unit-overlap and "
-                                     "shared-memory overlap bounds.")
+                                     "shared-memory overlap bounds; the SM clock.")
     parser.add_argument("folders", nargs="+")
     parser.add_argument("--plan", default=str(DEFAULT_PLAN),
                         help="the plan whose configs were profiled (which kernels are mma.sync)")
     parser.add_argument("--records", default=None,
                         help="the matrix run's records (JSON Lines) with the same configs' "
-                        "shared-memory bytes: bounds the shared-memory overlap")
+                        "shared-memory bytes: listed per launch, and the data pipe's share "
+                        "where a profile lacks its LSU wavefronts")
     args = parser.parse_args(argv)
     launches = []
     try:
         for folder in args.folders:
             launches += read_folder(folder)
-        sync = None
+        hw, matmuls = matmul_kernels(args.plan)
+        sync = {config: {name for name, wgmma in kernels.items() if not wgmma}
+                for config, kernels in matmuls.items()}
         if args.records:
             from validation.records import read_records
 
-            hw, sync = mma_sync_kernels(args.plan)
             attach_smem(launches, read_records(args.records)[0], hw)
     except (OSError, ValueError, NcuParseError) as exc:  # JSON errors are ValueErrors
         print(f"tilesim: stalls: {exc}", file=sys.stderr)
@@ -280,9 +337,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({s['min']:.3f}-{s['max']:.3f})")
     else:
         print(f"unit overlap: none of {s['launches']} launches has pipes summing past 100%")
-    if sync is None:
-        print("shared-memory overlap: give --records (the matrix run's shared-memory bytes)")
-        return 0
+    print(_clock_line(clock_summary(launches, matmuls)))
     c = issue_latency_summary(launches, sync)
     if c["n"]:
         print(f"issue latency: {c['n']} wgmma FA launches with the math pipes below 100% "
@@ -295,12 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     m = smem_overlap_summary(launches, sync, s["median"])
     if m["n"]:
         print(f"shared-memory overlap: {m['n']} of {m['launches']} mma.sync launches have "
-              f"shared memory and math (at unit overlap {s['median']:.3f}) summing past 100%; "
-              f"their overlap bounds: median {m['median']:.3f} "
+              f"the L1 data pipe and math (at unit overlap {s['median']:.3f}) summing past "
+              f"100%; their overlap bounds: median {m['median']:.3f} "
               f"({m['min']:.3f}-{m['max']:.3f})")
     else:
-        print(f"shared-memory overlap: none of {m['launches']} mma.sync launches has shared "
-              "memory and math summing past 100%")
+        print(f"shared-memory overlap: none of {m['launches']} mma.sync launches has the L1 "
+              "data pipe and math summing past 100%")
     return 0
 
 

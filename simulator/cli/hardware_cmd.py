@@ -100,6 +100,9 @@ def _print_show(hw: Hardware) -> None:
                 table.add_row(f"tensor_flops_per_s.{dtype}", f"{_si(rate, 'FLOP/s')} ({label})",
                               _exact(rate))
             continue
+        if value is None:  # an optional field the preset leaves out
+            table.add_row(key, "not given", "")
+            continue
         table.add_row(key, _human(key, value), _exact(value))
     table.add_section()
     table.add_row("hbm effective", _si(hw.hbm_effective_bytes_per_s, "B/s"), "")

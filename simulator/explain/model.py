@@ -40,8 +40,10 @@ def unit_rates(hw: Hardware, dtype: str) -> dict:
 
 
 def compute_times_s(flops: dict, dtype: str, hw: Hardware) -> dict:
-    """Seconds each compute unit needs for a kernel's ``flops`` (tensor, exp, other)."""
-    rates = unit_rates(hw, dtype)
+    """Seconds each compute unit needs for a kernel's ``flops`` (tensor, exp, other); a
+    kernel with tensor FLOPs runs at the GPU's tensor clock (``Hardware.at_tensor_clock``),
+    as the simulator times it."""
+    rates = unit_rates(hw.at_tensor_clock() if flops["tensor"] else hw, dtype)
     return {"tensor": flops["tensor"] / rates["tensor"], "exp": flops["exp"] / rates["exp"],
             "fp32": flops["other"] / rates["fp32"]}
 

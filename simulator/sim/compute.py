@@ -10,21 +10,31 @@ divided evenly over the SMs:
 - special-function unit: ``exp_ops_per_s`` (FA3 §3.1 counts 16 ops/SM/clock);
 - FP32 ALUs: ``fp32_flops_per_s / 2`` operations per second, because the datasheet counts
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput;
-- shared memory (``smem``): the operand bytes mma.sync matmuls read from it, so many per
-  tensor FLOP (``traces.schedules.mma_layout.matmul_costs``), plus the bytes an mma.sync
-  kernel moves through it to stage its tiles (``program.staged_bytes``: every tile loaded
-  is written into it, every tile stored written and read back), at
-  ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``. Measured on the H200, this traffic
-  is what holds back small mma.sync tiles: a 32 x 32 FA2 forward kept shared memory 55-63%
-  busy and its tensor pipe 16-22% (``validation/records/raw/h200-stalls-2026-11-30``), the
-  warps stalled on short-scoreboard waits; Nsight Compute's shared-memory bytes of the
-  records' mma.sync kernels are the reads plus the staging (``tests/test_mma_layout.py``).
+- shared memory (``smem``; the L1 data pipe it shares): the operand bytes mma.sync matmuls
+  read from it, so many per tensor FLOP (``traces.schedules.mma_layout.matmul_costs``),
+  plus the bytes an mma.sync kernel moves through it to stage its tiles
+  (``program.staged_bytes``: every tile loaded is written into it, every tile stored
+  written and read back), at ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``, and
+  the warp shuffles of the kernel's row reductions, a clock each (``mma_layout.shuffles``).
+  Measured on the H200, this traffic is what holds back small mma.sync tiles: a 32 x 32
+  FA2 forward kept the L1 data pipe 80-85% busy and its tensor pipe 16-22%
+  (``validation/records/raw/h200-stalls-2026-11-30``), the warps stalled on
+  short-scoreboard waits; Nsight Compute's shared-memory bytes of the records' mma.sync
+  kernels are the reads plus the staging (``tests/test_mma_layout.py``).
   Registers a loop spills to local memory and loads back every iteration
   (``occupancy.CompiledResources.spill_bytes_per_iteration``, read from the compile) take
   the same L1 data path, in any kernel. wgmma reads its operands in the tensor core, which
   its rate already covers, so for it this unit is otherwise idle (its staging is not
   timed either: the wgmma kernels' shared-memory pipe was 30-55% busy in the profiles, not
   what bounds them).
+
+Clock. The exp unit's, the FP32 ALUs' and shared memory's rates are counts per clock
+(16 exps, 128 FP32 lanes, 128 bytes per SM and clock) at the preset's ``sm_clock_hz``. A
+kernel with matmuls runs them at ``sm_clock_tensor_hz`` where the preset gives it
+(``Hardware.at_tensor_clock``, applied per kernel in ``program.kernel_program``): the H200
+ran every profiled launch of our kernels with matmuls at 1.79 GHz (median), those without
+at 1.97 (``validation.stalls``). The tensor rate stays: its efficiency is a matmul's
+measured throughput, at the clock it ran.
 
 Overlap model. An SM is ``sm_subpartitions`` processing blocks, each with its own tensor
 core, exp unit and ALUs and its own warps (the architecture whitepapers); a CTA's warps are
@@ -94,13 +104,17 @@ def sm_rates(hw: Hardware, dtype: str, wgmma: bool = True) -> np.ndarray:
 
 def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = True,
                  smem_bytes_per_flop: float = 0.0,
-                 staged_bytes: np.ndarray | None = None) -> np.ndarray:
+                 staged_bytes: np.ndarray | None = None,
+                 shuffles_per_flop: float = 0.0) -> np.ndarray:
     """Seconds each unit of one SM needs (``[4, n]``, ``UNITS``): ``amounts`` is ``[3, n]``
     (tensor FLOPs, exps, other FLOPs); an mma.sync kernel (``wgmma`` False) also reads
-    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP, and ``staged_bytes``
-    (``[n]``) more move through shared memory to stage the step's tiles."""
+    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP and issues
+    ``shuffles_per_flop`` warp shuffles, each a clock of the same data path (as many bytes
+    as it moves per clock), and ``staged_bytes`` (``[n]``) more move through shared memory
+    to stage the step's tiles."""
     amounts = np.asarray(amounts, dtype=np.float64)
-    smem = amounts[0] * (0.0 if wgmma else smem_bytes_per_flop)
+    per_flop = smem_bytes_per_flop + shuffles_per_flop * hw.smem_bandwidth_bytes_per_clk_per_sm
+    smem = amounts[0] * (0.0 if wgmma else per_flop)
     if staged_bytes is not None:
         smem = smem + staged_bytes
     return np.vstack([amounts, smem[None]]) / sm_rates(hw, dtype, wgmma)[:, None]

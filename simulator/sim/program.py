@@ -182,7 +182,7 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         phase.work += amounts
         seconds = unit_seconds(amounts, hw, schedule.problem.dtype, wgmma,
                                costs.smem_bytes_per_flop,
-                               staged if n == 0 else None)
+                               staged if n == 0 else None, costs.shuffles_per_flop)
         phase.unit_s += seconds
         phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
@@ -212,6 +212,8 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     ``compiled``: the compiler's registers, shared memory and spill traffic by kernel name,
     where given."""
     res = kernel_residency(kernel, schedule.tiling, schedule.problem.head_dim, hw, compiled)
+    if kernel.dots:  # its warps issue tensor-core instructions: the SMs' clock drops
+        hw = hw.at_tensor_clock()
     cta_ctx = kernel.cta_context()
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
     costs = matmul_costs(list(kernel.dots), schedule.tiling.num_warps,

@@ -111,7 +111,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         sram_bytes=rows * d * s + t.num_stages * 2 * bn * d * s,
         tensors=tensors,
         mma_rows=padded,
-        dots=(Dot(padded, bn, d, feeds_dot=True),  # FA2's forward loop (kernels.fa2)
+        dots=(Dot(padded, bn, d, feeds_dot=True, row_reductions=2),  # FA2's forward loop
               Dot(padded, d, bn, a="result")),
     )
 

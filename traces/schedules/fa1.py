@@ -124,5 +124,6 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list[
         sram_bytes=2 * bn * d * s + t.num_stages * streamed,
         tensors=tensors,
         mma_rows=bm,
-        dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, d, bn, a="result")),
+        dots=(Dot(bm, bn, d, feeds_dot=True, row_reductions=2),  # S: its row max and sum
+              Dot(bm, d, bn, a="result")),
     )]

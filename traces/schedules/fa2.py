@@ -101,7 +101,8 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
         sram_bytes=sram,
         tensors=tensors,
         mma_rows=bm,
-        dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, d, bn, a="result")),
+        dots=(Dot(bm, bn, d, feeds_dot=True, row_reductions=2),  # S: its row max and sum
+              Dot(bm, d, bn, a="result")),
     )
 
 

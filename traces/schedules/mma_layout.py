@@ -28,6 +28,18 @@ counts (``matmul_costs``):
   otherwise it goes through shared memory once (written once, read by each warp along N).
   Asynchronous wgmma reads its shared operands in the tensor core itself, which its rate
   covers: for wgmma nothing is counted here.
+- **Warp shuffles of row reductions.** A step that reduces its scores along each row (the
+  forward's running max and sum: ``Dot.row_reductions``) does so with ``SHFL`` across the
+  four lanes that hold a row's columns (two butterfly levels; each thread holds two rows of
+  every 16 the warp computes), and, where warps are laid along N, once more over the
+  partials the warps exchange (``log2(warps_n)`` levels): ``shuffles``. The sm_90 SASS of
+  our kernels has exactly that many per iteration (FA2 forward, decode's split; none in the
+  backward, ``tests/test_kernels_aot.py``). A shuffle goes through the L1 data pipe (Nsight
+  Compute's pipeline description: the LSU pipe issues shuffles to L1TEX), one wavefront
+  each: in the H200 stall profiles the pipe's wavefronts over the shared bytes / 128 were
+  1.40-1.52 in the mma.sync forwards at 32 x 32 and 16 x 64 (d = 64) without them and
+  1.03-1.26 with them, 0.87-1.12 in the backward's mma.sync kernels, which have none. For
+  mma.sync they are timed with the operand reads, one clock of shared memory each.
 
 The layout rules are Triton's (``lib/Dialect/TritonGPU/Transforms/AccelerateMatmul.cpp``),
 checked against the compiled kernels' ``nvidia_mma`` layouts (``tests/test_kernels_aot.py``):
@@ -60,13 +72,16 @@ WARPGROUP_WARPS = 4  # a wgmma warpgroup: 4 warps, 16 rows each
 class Dot:
     """One matmul ``[m, k] x [k, n]`` of a CTA's step. ``a``: ``"smem"`` (a tile in shared
     memory) or ``"result"`` (an earlier matmul's result, re-laid out as the A operand: P in
-    P·V). ``feeds_dot``: its result is an operand of a later matmul of the same step."""
+    P·V). ``feeds_dot``: its result is an operand of a later matmul of the same step.
+    ``row_reductions``: how many reductions along its result's rows the step does (the
+    forward's row max and row sum of the scores: 2)."""
 
     m: int
     n: int
     k: int
     a: str = "smem"
     feeds_dot: bool = False
+    row_reductions: int = 0
 
     @property
     def flops(self) -> int:
@@ -79,11 +94,13 @@ class MatmulCosts:
     ``tensor_scale`` the tensor FLOPs issued over the useful ones, ``elementwise_scale`` how
     many times the elementwise work on the first matmul's result (the scores) is done, and
     ``smem_bytes_per_flop`` the bytes read from shared memory per tensor FLOP issued
-    (mma.sync only)."""
+    (mma.sync only), ``shuffles_per_flop`` the warp shuffles of row reductions (``shuffles``)
+    per tensor FLOP issued."""
 
     smem_bytes_per_flop: float = 0.0
     tensor_scale: float = 1.0
     elementwise_scale: float = 1.0
+    shuffles_per_flop: float = 0.0
 
 
 def lone_layout_v2(m: int, n: int, num_warps: int) -> tuple[int, int]:
@@ -158,6 +175,20 @@ def smem_read_bytes(dots: list[Dot], num_warps: int, elem_bytes: int) -> int:
     return total
 
 
+def shuffles(dots: list[Dot], num_warps: int, wgmma: bool) -> int:
+    """Warp shuffle instructions one CTA issues per step for the row reductions of ``dots``
+    (module docstring): per warp, two per row a thread holds and reduction within the warp,
+    and ``log2(warps_n)`` more where the rows' columns are spread over warps."""
+    total = 0
+    for dot, (wm, wn) in zip(dots, layouts(dots, num_warps, wgmma), strict=True):
+        if not dot.row_reductions:
+            continue
+        rows_per_thread = max(MMA_TILE_M, dot.m // wm) // 8  # 2 of every 16 a warp holds
+        levels = 2 + (wn.bit_length() - 1 if wn > 1 else 0)  # quad butterfly, then warps
+        total += num_warps * dot.row_reductions * rows_per_thread * levels
+    return total
+
+
 def matmul_costs(dots: list[Dot], num_warps: int, elem_bytes: int,
                  wgmma: bool) -> MatmulCosts:
     """The ``MatmulCosts`` of one step's ``dots`` on ``num_warps`` warps (none: no costs)."""
@@ -170,4 +201,5 @@ def matmul_costs(dots: list[Dot], num_warps: int, elem_bytes: int,
     return MatmulCosts(
         smem_bytes_per_flop=0.0 if wgmma else smem_read_bytes(dots, num_warps,
                                                              elem_bytes) / issued,
-        tensor_scale=issued / flops, elementwise_scale=float(copies[0]))
+        tensor_scale=issued / flops, elementwise_scale=float(copies[0]),
+        shuffles_per_flop=shuffles(dots, num_warps, wgmma) / issued)
