@@ -17,7 +17,7 @@ divided evenly over the SMs:
   written and read back), at ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``, and
   the warp shuffles of the kernel's row reductions, a clock each (``mma_layout.shuffles``).
   Measured on the H200, this traffic is what holds back small mma.sync tiles: a 32 x 32
-  FA2 forward kept the L1 data pipe 80-85% busy and its tensor pipe 16-22%
+  FA2 forward kept the L1 data pipe 73-85% busy and its tensor pipe 16-22%
   (``validation/records/raw/h200-stalls-2026-11-30``), the warps stalled on
   short-scoreboard waits; Nsight Compute's shared-memory bytes of the records' mma.sync
   kernels are the reads plus the staging (``tests/test_mma_layout.py``).
