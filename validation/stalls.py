@@ -213,8 +213,13 @@ def mma_sync_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict
     """The plan's GPU preset and, per config id of the plan, the kernels whose matmuls
     compile to mma.sync on it (``compute.uses_wgmma``)."""
     hw, matmuls = matmul_kernels(plan_path)
-    return hw, {config: {name for name, wgmma in kernels.items() if not wgmma}
-                for config, kernels in matmuls.items()}
+    return hw, mma_sync_of(matmuls)
+
+
+def mma_sync_of(matmuls: dict[str, dict]) -> dict[str, set[str]]:
+    """Per config, the kernels of ``matmuls`` (``matmul_kernels``) that compile to mma.sync."""
+    return {config: {name for name, wgmma in kernels.items() if not wgmma}
+            for config, kernels in matmuls.items()}
 
 
 def clock_summary(launches: list[Launch], matmuls: dict[str, dict]) -> dict:
@@ -319,8 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         for folder in args.folders:
             launches += read_folder(folder)
         hw, matmuls = matmul_kernels(args.plan)
-        sync = {config: {name for name, wgmma in kernels.items() if not wgmma}
-                for config, kernels in matmuls.items()}
+        sync = mma_sync_of(matmuls)
         if args.records:
             from validation.records import read_records
 
