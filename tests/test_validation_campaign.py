@@ -23,7 +23,7 @@ from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
 from validation import campaign, matrix  # noqa: E402
 from validation.records import read_records  # noqa: E402
-from validation.runner import run_timing  # noqa: E402
+from validation.runner import run_timing, timed_steadily  # noqa: E402
 
 # What every SYNTHETIC ncu of these tests answers before it profiles: its version, the
 # metrics it lists and its --help.
@@ -99,7 +99,7 @@ def tiny_plan() -> dict:
 
 
 def fake_bench(fn, warmup_ms, rep_ms):
-    return {"median_s": 1e-3, "p20_s": 0.9e-3, "p80_s": 1.1e-3, "method": "synthetic",
+    return {"median_s": 1e-3, "p20_s": 0.995e-3, "p80_s": 1.005e-3, "method": "synthetic",
             "l2_flushed": False, "warmup_ms": warmup_ms, "rep_ms": rep_ms}
 
 
@@ -235,3 +235,37 @@ def test_a_record_the_checks_refuse_is_kept_in_the_log(tmp_path):
     assert len(logged) == 1 and "timing.median_s" in logged[0]
     kept = json.loads(logged[0].split(", as measured: ", 1)[1])
     assert math.isnan(kept["timing"]["median_s"]) and kept["record_id"] == decode["id"]
+
+
+def _timings(*spreads_pct):
+    """A bench function whose n-th call returns a timing of median 1 ms spread
+    ``spreads_pct[n]`` percent around it; ``calls`` counts them."""
+    calls = []
+
+    def bench(fn, warmup_ms, rep_ms):
+        half = spreads_pct[len(calls)] / 200 * 1e-3
+        calls.append(1)
+        return {"median_s": 1e-3 + len(calls) * 1e-6, "p20_s": 1e-3 - half,
+                "p80_s": 1e-3 + half, "method": "synthetic"}
+
+    return bench, calls
+
+
+def test_a_timing_that_spreads_wide_is_taken_again():
+    """Middle runs spread over 10% of the median: timed again, at most three times in all,
+    and the steadiest attempt kept, every attempt listed."""
+    bench, calls = _timings(4.0)
+    timing = timed_steadily(None, bench, 1, 1)
+    assert len(calls) == 1 and "attempts" not in timing
+    bench, calls = _timings(50.0, 20.0, 5.0, 1.0)
+    timing = timed_steadily(None, bench, 1, 1)
+    assert len(calls) == 3 and timing["median_s"] == pytest.approx(1.003e-3)
+    assert [a["p80_s"] - a["p20_s"] for a in timing["attempts"]] == pytest.approx(
+        [0.5e-3, 0.2e-3, 0.05e-3])
+    assert set(timing["attempts"][0]) == {"median_s", "p20_s", "p80_s"}
+    bench, calls = _timings(50.0, 30.0, 40.0)
+    timing = timed_steadily(None, bench, 1, 1)
+    assert len(calls) == 3 and timing["median_s"] == pytest.approx(1.002e-3)
+    bench, calls = _timings(50.0, 8.0, 1.0)  # steady on the second try: no third
+    timing = timed_steadily(None, bench, 1, 1)
+    assert len(calls) == 2 and timing["median_s"] == pytest.approx(1.002e-3)

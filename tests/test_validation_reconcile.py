@@ -111,6 +111,43 @@ def test_errors_by_what_the_wgmma_ask_of_shared_memory():
     assert "over the limit: n=2, time MAPE 29.5%, mean error -29.5%" in line
 
 
+def test_records_timed_inconsistently_are_listed_beside_the_headline():
+    """Each record's spread is (p80 - p20) / median: 2% for the synthetic timings (0.99 and
+    1.01 x the median). The N=512, block_m=128 record (measured 4 ms, predicted 2: -50%) is
+    given runs from 3.0 to 5.0 ms (50%), the N=256, block_m=32 one (1.1 ms vs 1.0) no p80
+    (no spread). The headline keeps every record; the error without the unstable one is over
+    the other five: (100/11 + 100/9 + 0 + 50 + 0) / 5, max 50 (N=512, block_m=32)."""
+    recs = synthetic_records()
+    wide = next(r for r in recs if r["problem"]["seq_q"] == 512
+                and r["tiling"]["block_m"] == 128)
+    wide["timing"] = dict(wide["timing"], p20_s=3.0e-3, p80_s=5.0e-3)
+    open_ended = next(r for r in recs if r["problem"]["seq_q"] == 256
+                      and r["tiling"]["block_m"] == 32)
+    open_ended["timing"] = dict(open_ended["timing"], p80_s=None)
+    report = reconcile(recs, predictor=stub, model="stub")
+    spreads = {(r["shape"].split()[4], r["tiling"]["block_m"]): r["spread_pct"]
+               for r in report["rows"]}
+    assert spreads[("N=512x512", 128)] == pytest.approx(50.0)
+    assert spreads[("N=256x256", 32)] is None
+    assert spreads[("N=256x256", 64)] == pytest.approx(2.0)
+    spread = report["summary"]["timing_spread"]
+    assert spread["n"] == 5 and spread["median_pct"] == pytest.approx(2.0)
+    (unstable,) = spread["unstable"]
+    assert unstable["record_id"] == wide["record_id"]
+    assert unstable["time_error_pct"] == pytest.approx(-50.0)
+    rest = spread["time_without_unstable"]
+    assert rest["n"] == 5
+    assert rest["mape_pct"] == pytest.approx((100 / 11 + 100 / 9 + 0 + 50 + 0) / 5)
+    assert rest["max_pct"] == pytest.approx(50.0)
+    assert report["summary"]["overall"]["time"]["n"] == 6  # the headline keeps it
+    line = next(x for x in target_lines(report) if x.startswith("timing spread"))
+    assert f"1 above 10% (timed inconsistently, up to 50.0%: {wide['record_id']})" in line
+    assert "without them time MAPE 14.0%, max 50.0%" in line
+    steady = reconcile(synthetic_records(), predictor=stub, model="stub")
+    line = next(x for x in target_lines(steady) if x.startswith("timing spread"))
+    assert line.endswith("median 2.00% over 6 records; none above 10%")
+
+
 def test_duplicates_keep_the_latest_and_peers_are_listed():
     recs = synthetic_records()
     older = dict(recs[0], timing=dict(recs[0]["timing"], median_s=9.0),

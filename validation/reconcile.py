@@ -26,6 +26,10 @@ The measured time minus the kernels' ncu durations, per kernel launch, is what l
 costs on the GPU (the launch latency and the gaps between kernels): its median over the
 records is reported beside the preset's ``kernel_launch_overhead_s``, an assumption that
 measurement can replace.
+
+Each record's timing spread (do_bench's p80 - p20 over the median) says how well the
+measurement itself pins the time; a record above ``UNSTABLE_SPREAD_PCT`` is listed as
+unstable, with the time error without such records beside the headline (which keeps them).
 """
 
 from __future__ import annotations
@@ -40,7 +44,13 @@ from traces.problem import ProblemError
 from validation import predict as predict_mod
 from validation import stats
 from validation.matrix import MIN_GAP
-from validation.records import group_key, latest_per_config, shape_key
+from validation.records import (
+    UNSTABLE_SPREAD_PCT,
+    group_key,
+    latest_per_config,
+    shape_key,
+    spread_pct,
+)
 
 REPORT_SCHEMA = "tilesim.reconcile/1"
 # GPU names as torch / nvidia-smi report them -> preset.
@@ -73,6 +83,21 @@ def _measured(rec: dict) -> dict:
     return {"time": rec["timing"]["median_s"],
             "dram": _sum(c.get("dram_read_bytes"), c.get("dram_write_bytes")) if c else None,
             "l2": _sum(c.get("l2_read_bytes"), c.get("l2_write_bytes")) if c else None}
+
+
+def timing_spread(rows: list[dict]) -> dict:
+    """The records' timing spread (``spread_pct``): its median, the records above
+    ``UNSTABLE_SPREAD_PCT`` (worst first), and the time error without them (the headline
+    statistics keep every record)."""
+    spreads = [r["spread_pct"] for r in rows if r["spread_pct"] is not None]
+    unstable = sorted((r for r in rows if (r["spread_pct"] or 0.0) > UNSTABLE_SPREAD_PCT),
+                      key=lambda r: -r["spread_pct"])
+    stable = [r for r in rows if (r["spread_pct"] or 0.0) <= UNSTABLE_SPREAD_PCT]
+    return {"threshold_pct": UNSTABLE_SPREAD_PCT, "n": len(spreads),
+            "median_pct": statistics.median(spreads) if spreads else None,
+            "unstable": [{"record_id": r["record_id"], "spread_pct": r["spread_pct"],
+                          "time_error_pct": r["error_pct"]["time"]} for r in unstable],
+            "time_without_unstable": _summary(stable, ("time",))["time"]}
 
 
 def _occupancy_from(pred: dict) -> str:
@@ -261,6 +286,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "kernels": _kernel_rows(rec, pred,
                                              hw_cache[name].kernel_launch_overhead_s),
                      "launch_gap_s": _launch_gap_s(rec),
+                     "spread_pct": spread_pct(rec),
                      "operand_demand": operand_demand(rec),
                      "operand_limit": _operand_limit(hw_cache[name], rec["problem"]["dtype"]),
                      "bound": pred.get("bound"),
@@ -318,6 +344,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
             "regret_max_pct": max(regrets) if regrets else None,
             "by_operand_demand": by_operand_demand(rows),
+            "timing_spread": timing_spread(rows),
             "occupancy_from": {source: sum(r["occupancy_from"] == source for r in rows)
                                for source in ("compiled", "estimated", "mixed")},
             "ties": {"n": len(ties),

@@ -32,6 +32,11 @@ from validation.ncu import METRICS
 SCHEMA = "tilesim.record/1"
 IMPLEMENTATIONS = ("triton", "sdpa_math", "sdpa_flash")
 TIMING_KEYS = ("median_s", "p20_s", "p80_s")
+# A timing whose middle runs (p20 to p80) span more than this share of their median timed
+# the config inconsistently: the runner times it again, reconcile lists it. The H200
+# records' median spread is 0.36%; a repeat of 30 configs on a second machine agreed to
+# 0.62% on average (BENCHMARKS.md).
+UNSTABLE_SPREAD_PCT = 10.0
 # What ncu measured, per kernel and summed over a record's kernels (``validation.ncu``):
 # counts, bytes, seconds and a hit rate, each >= 0 or null where ncu gave none.
 KERNEL_COUNTER_KEYS = tuple(METRICS.values())
@@ -58,6 +63,15 @@ class LineError:
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.message}"
 
+
+def spread_pct(rec: dict) -> float | None:
+    """How far apart a record's middle timed runs were: ``(p80 - p20) / median``, percent;
+    None without the three."""
+    t = rec.get("timing") or {}
+    p20, median, p80 = (t.get(k) for k in ("p20_s", "median_s", "p80_s"))
+    if p20 is None or p80 is None or not median:
+        return None
+    return 100.0 * (p80 - p20) / median
 
 def _kind(value: object) -> str:
     """What a JSON value is, in JSON's words."""

@@ -33,12 +33,14 @@ def tables(report: dict, per_config: bool = True) -> list:
     if per_config:
         t = Table(title=f"predicted ({report['model']}) vs measured, per config{mark}",
                   title_justify="left")
-        for col in ("shape", "tiling", "t meas", "t pred", "err", "DRAM meas", "DRAM pred",
-                    "err", "L2 meas", "L2 pred", "err"):
+        for col in ("shape", "tiling", "t meas", "spread", "t pred", "err", "DRAM meas",
+                    "DRAM pred", "err", "L2 meas", "L2 pred", "err"):
             t.add_column(col, justify="left" if col in ("shape", "tiling") else "right")
         for r in sorted(report["rows"], key=lambda r: (r["shape"], r["measured"]["time"])):
             m, p, e = r["measured"], r["predicted"], r["error_pct"]
-            t.add_row(r["shape"], _tiling(r["tiling"]), fmt_time(m["time"]), fmt_time(p["time"]),
+            spread = r.get("spread_pct")
+            t.add_row(r["shape"], _tiling(r["tiling"]), fmt_time(m["time"]),
+                      "-" if spread is None else f"{spread:.1f}%", fmt_time(p["time"]),
                       _pct(e["time"]), fmt_bytes(m["dram"]), fmt_bytes(p["dram"]),
                       _pct(e["dram"]), fmt_bytes(m["l2"]), fmt_bytes(p["l2"]), _pct(e["l2"]))
         out.append(t)
@@ -133,6 +135,19 @@ def target_lines(report: dict) -> list[str]:
                  (("over the limit:", demand["over"]), ("within:", demand["within"]))]
         lines.append("records by what their wgmma ask of shared memory (left out of the "
                      "model): " + "; ".join(parts))
+    spread = summ.get("timing_spread") or {}
+    if spread.get("median_pct") is not None:
+        unstable, rest = spread["unstable"], spread["time_without_unstable"]
+        line = (f"timing spread (p80 - p20 of the timed runs, over their median): median "
+                f"{spread['median_pct']:.2f}% over {spread['n']} records; ")
+        if unstable:
+            line += (f"{len(unstable)} above {spread['threshold_pct']:g}% (timed "
+                     f"inconsistently, up to {unstable[0]['spread_pct']:.1f}%: "
+                     f"{unstable[0]['record_id']}); without them time MAPE "
+                     f"{_abs_pct(rest['mape_pct'])}, max {_abs_pct(rest['max_pct'])}")
+        else:
+            line += f"none above {spread['threshold_pct']:g}%"
+        lines.append(line)
     source = summ.get("occupancy_from") or {}
     if any(source.values()):
         lines.append(f"occupancy: {source['compiled']} records predicted with the registers "
