@@ -126,10 +126,20 @@ def test_totals_are_the_closed_form_counts(name, problem, tiling):
         staged = 0 if wgmma or not kernel.dots else (
             sum(count.reads.get(t, 0) for t in tiled)
             + 2 * sum(count.writes.get(t, 0) for t in tiled))
+        # and its global loads and stores of those tiles pass the same pipe: every tile
+        # stored once more (STG), every tile loaded outside the (pipelined) loop once more
+        # (LDG, then STS); the loop's loads go global to shared in one pass (cp.async)
+        pipe = totals["pipe_bytes"].sum()
+        loaded_outside = sum(p.nbytes[(p.kind == LOAD) & (p.tile_cols > 1)].sum()
+                             for p in (prog.pre, prog.post))
+        if (name, problem, tiling) in ALIGNED and staged:
+            assert pipe == sum(count.writes.get(t, 0) for t in tiled) + loaded_outside
+        elif not staged:
+            assert pipe == 0
         if (name, problem, tiling) in ALIGNED or not staged:
-            assert smem == pytest.approx(reads + staged, rel=1e-9, abs=1e-6)
+            assert smem - pipe == pytest.approx(reads + staged, rel=1e-9, abs=1e-6)
         else:
-            assert smem >= (reads + staged) * (1 - 1e-12)
+            assert smem - pipe >= (reads + staged) * (1 - 1e-12)
         # the work counted, times the copies the warp layout makes of it (the FA2 forward
         # at 32 x 64 with d = 32 computes everything twice: 4 warps along 32 rows)
         expected = np.array([count.tensor_flops, count.exp_ops, count.other_flops]) * _copies(
@@ -221,6 +231,8 @@ def test_mma_sync_staging_by_hand():
     # stages its Q tile (32 x 64 bf16: 4 KB), four iterations of K and V tiles (4 KB each)
     # and its O tile twice (written in the matmul's layout, read back coalesced); its LSE
     # vector goes straight from registers. Shared bytes beyond the operand reads: 45,056.
+    # The L1 data pipe also carries Q's global load (outside the loop: LDG, then STS) and
+    # O's global store (STG), not the loop's K and V (cp.async, at 2 stages): 8 KB more.
     problem, tiling = AttentionProblem(1, 1, 128, 64), Tiling(32, 32)
     sched = build_schedule(problem, tiling, "fa2")
     kernel, prog = sched.kernels[0], schedule_programs(sched, HW)[0]
@@ -229,7 +241,14 @@ def test_mma_sync_staging_by_hand():
     per_flop = costs.smem_bytes_per_flop + costs.shuffles_per_flop * 128  # a clock each
     smem = _timed_work(kernel, prog, tiling, problem.dtype)[3]
     staged = smem - prog.totals()["work"][0].sum() * per_flop
-    assert staged == pytest.approx(4 * (4096 + 4 * 2 * 4096 + 2 * 4096), rel=1e-12)
+    assert staged == pytest.approx(4 * (4096 + 4 * 2 * 4096 + 2 * 4096) + 4 * 2 * 4096,
+                                   rel=1e-12)
+    assert prog.totals()["pipe_bytes"].sum() == 4 * 2 * 4096
+    # At one stage Triton does not pipeline the loop: K and V come through registers too.
+    single = Tiling(32, 32, num_stages=1)
+    sched = build_schedule(problem, single, "fa2")
+    prog = schedule_programs(sched, HW)[0]
+    assert prog.totals()["pipe_bytes"].sum() == 4 * (2 * 4096 + 4 * 2 * 4096)
     # A wgmma kernel reads its operands from shared memory asynchronously: nothing timed.
     wide = Tiling(128, 64, num_warps=8)
     sched = build_schedule(AttentionProblem(1, 1, 512, 64), wide, "fa2")

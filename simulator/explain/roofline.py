@@ -25,7 +25,8 @@ What is counted:
   busiest unit's time plus ``1 - unit_overlap`` of the others' (``simulator.sim.compute``;
   the busiest unit is the one named as the bound). The roofline takes every matmul at the
   wgmma rate and leaves out the shared-memory traffic the simulator charges mma.sync
-  kernels (operand reads and tile staging) and the work a warp layout repeats
+  kernels (operand reads, tile staging and the tiles' global loads and stores through the
+  same pipe) and the work a warp layout repeats
   (``traces.schedules.mma_layout``), so for small tiles, and tiles with fewer rows than
   their warps cover, the simulated rate sits further below its ceiling. Its attainable
   rate is ``W / max(that compute time, D / B)``; its utilisation is the tensor-core FLOP/s

@@ -14,7 +14,10 @@ divided evenly over the SMs:
   read from it, so many per tensor FLOP (``traces.schedules.mma_layout.matmul_costs``),
   plus the bytes an mma.sync kernel moves through it to stage its tiles
   (``program.staged_bytes``: every tile loaded is written into it, every tile stored
-  written and read back), at ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``, and
+  written and read back) and the global loads and stores of those tiles, which the same
+  pipe carries (``program.global_pipe_bytes``: every stored tile once more, and every tile
+  loaded through registers rather than by ``cp.async``), at
+  ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``, and
   the warp shuffles of the kernel's row reductions, a clock each (``mma_layout.shuffles``).
   Measured on the H200, this traffic is what holds back small mma.sync tiles: a 32 x 32
   FA2 forward kept the L1 data pipe 73-85% busy and its tensor pipe 16-22%

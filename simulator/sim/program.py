@@ -17,8 +17,11 @@ warps laid along them is computed by several warps). They are folded, per unit (
 iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared
 memory of one SM (for a kernel whose matmuls are mma.sync: their operand reads, and its
 tiles' staging — each loaded tile written into shared memory, each stored tile written and
-read back for coalesced stores — charged to the phase's first compute step, or to a step of
-its own in a phase without one; ``staged_bytes``; and, in any kernel whose compile says so,
+read back for coalesced stores — and the global loads and stores of those tiles, which pass
+through the same pipe (each stored tile, and each tile loaded through registers outside a
+pipelined loop, once more; ``global_pipe_bytes``), charged to the phase's first compute
+step, or to a step of its own in a phase without one; ``staged_bytes``; and, in any kernel
+whose compile says so,
 the registers its loop spills to local memory and loads back every iteration, which pass
 through the same L1 data path), into busy seconds (how long the SM's
 units are occupied, ``compute.busy_seconds``) and into critical-path seconds (how long the
@@ -68,6 +71,9 @@ class Phase:
     unit_s: np.ndarray  # [4, u] seconds of tensor cores, exp unit, FP32 ALUs, shared memory
     compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
+    # [u] bytes of global loads and stores the L1 data pipe moves beside shared memory's
+    # (``global_pipe_bytes``; in mma.sync kernels, where the pipe is timed; else 0)
+    pipe_bytes: np.ndarray
 
     @property
     def units(self) -> int:
@@ -106,7 +112,7 @@ class KernelProgram:
 
     def totals(self) -> dict[str, np.ndarray]:
         """Per-CTA sums over all three phases: load and store bytes, compute seconds, work
-        issued."""
+        issued, global bytes through the L1 data pipe (``global_pipe_bytes``)."""
         if not self._totals:
             reps = np.arange(self.grid) % self.period
             count, first = self.loop_count[: self.period], self.loop_first
@@ -121,6 +127,7 @@ class KernelProgram:
                 compute_s=per_cta(lambda p: p.compute_s),
                 unit_s=per_cta(lambda p: p.unit_s),
                 work=per_cta(lambda p: p.work),
+                pipe_bytes=per_cta(lambda p: p.pipe_bytes),
             )
         return self._totals
 
@@ -136,12 +143,14 @@ def segment_sums(x: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndar
 
 def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: Schedule,
               hw: Hardware, wgmma: bool, costs: MatmulCosts, staging: bool = False,
-              spilled: float = 0.0) -> Phase:
+              spilled: float = 0.0, pipelined: bool = False) -> Phase:
     """A phase from its steps' values and masks (``traces.schedules.period.evaluate_steps``)
     for every unit; ``wgmma``: the kernel's matmuls are asynchronous (``compute.uses_wgmma``);
     ``costs``: what the compiler's warp layout adds to its compute steps (replicated work
     and, with mma.sync, shared-memory reads: ``mma_layout.matmul_costs``); ``spilled``:
-    local-memory bytes every unit moves through the L1 data path (spills)."""
+    local-memory bytes every unit moves through the L1 data path (spills); ``pipelined``:
+    the phase is a loop whose loads Triton pipelines (``cp.async``: global to shared memory
+    directly, ``global_pipe_bytes``)."""
     values, masks = evaluated
     units = masks.shape[1]
     names = schedule.tensor_names
@@ -163,14 +172,15 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         mask=mask, plane=plane, row_block=row_block, col_block=col_block,
         nbytes=np.where(mask, nbytes, 0), work=np.zeros((3, units)),
         unit_s=np.zeros((len(UNITS), units)),
-        compute_s=np.zeros(units), path_s=np.zeros(units),
+        compute_s=np.zeros(units), path_s=np.zeros(units), pipe_bytes=np.zeros(units, np.int64),
     )
     scale = np.array([costs.tensor_scale, costs.elementwise_scale, costs.elementwise_scale])
     staged = None
     if staging:
         tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
                                for s in accesses], dtype=np.int64)
-        staged = staged_bytes(phase, tile_bytes).astype(np.float64)
+        phase.pipe_bytes = global_pipe_bytes(phase, tile_bytes, pipelined)
+        staged = (staged_bytes(phase, tile_bytes) + phase.pipe_bytes).astype(np.float64)
     if spilled:
         staged = (0.0 if staged is None else staged) + np.full(units, float(spilled))
     computes = [k for k, step in enumerate(steps) if not isinstance(step, Access)]
@@ -195,6 +205,24 @@ def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
     its matmuls issue them: each loaded tile (not a vector of one column) is copied in once;
     each stored tile is written in the matmul's layout and read back in a coalesced one."""
     factor = np.where(phase.kind == STORE, 2, 1) * (phase.tile_cols > 1) * tile_bytes
+    return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
+
+
+def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> np.ndarray:
+    """Bytes per unit of ``phase`` that an mma.sync kernel's global loads and stores of
+    whole tiles move through the L1 data pipe beside their staging (``staged_bytes``):
+    every stored tile once more (``STG``, after its trip through shared memory); every
+    loaded tile once more where it comes through registers (``LDG``, then ``STS`` into
+    shared memory: outside a loop, which Triton does not pipeline), not in a pipelined loop
+    (``LDGSTS``, ``cp.async``: global to shared memory in one pass, the staging's). Read
+    from our sm_90 compiles: naive_qk loads Q and K with ``LDG.E.128`` and ``STS.128`` and
+    stores S with ``STG.E.128`` after ``STSM``/``LDS``; naive_pv loads its P and V tiles in
+    its loop with ``LDGSTS.E.BYPASS.128``. On the H200 (``validation/records/raw/
+    h200-stalls-2026-11-30``) naive_qk kept the L1 data pipe 86-96% busy where its shared
+    bytes account for 30-63%, naive_pv (no such loads, one small store) 19-69% where they
+    account for 16-64%."""
+    through = (phase.kind == STORE) | ((phase.kind == LOAD) & (not pipelined))
+    factor = through * (phase.tile_cols > 1) * tile_bytes
     return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
@@ -229,7 +257,8 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     given = (compiled or {}).get(kernel.name) or CompiledResources()
     spill = given.spill_bytes_per_iteration or 0
     loop = _evaluate(kernel.loop, (periodic.values, periodic.masks), schedule, hw, wgmma,
-                     costs, staging, spill * schedule.tiling.threads)
+                     costs, staging, spill * schedule.tiling.threads,
+                     pipelined=schedule.tiling.num_stages > 1)
     loop.path_s += hw.iteration_overhead_s + spill_round_trips(given) * hw.l2_latency_s
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
