@@ -7,7 +7,9 @@ made once and shared by its tilings and peers. For each call:
    (``validation.correctness``). A failure is recorded with its reason and not timed.
 2. timing — ``triton.testing.do_bench(fn, quantiles=[0.5, 0.2, 0.8])``: median, p20, p80
    over repeats, a 256 MiB buffer zeroed before each (L2 flushed); achieved TFLOP/s by
-   the FlashAttention FLOP convention.
+   the FlashAttention FLOP convention. A timing whose p20 and p80 lie more than 10% of
+   the median apart is taken again, up to three times, and the steadiest kept
+   (``timed_steadily``).
 
 Every record is appended (one write, fsynced) as soon as it is measured, so a run that is
 stopped keeps what it measured. The run stops adding calls at its deadline and lists what
