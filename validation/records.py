@@ -68,10 +68,11 @@ def spread_pct(rec: dict) -> float | None:
     """How far apart a record's middle timed runs were: ``(p80 - p20) / median``, percent;
     None without the three."""
     t = rec.get("timing") or {}
-    p20, median, p80 = (t.get(k) for k in ("p20_s", "median_s", "p80_s"))
+    median, p20, p80 = (t.get(k) for k in TIMING_KEYS)
     if p20 is None or p80 is None or not median:
         return None
     return 100.0 * (p80 - p20) / median
+
 
 def _kind(value: object) -> str:
     """What a JSON value is, in JSON's words."""

@@ -204,7 +204,13 @@ def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
     stage its tiles (module docstring), whole tiles (``tile_bytes``, one per access row) as
     its matmuls issue them: each loaded tile (not a vector of one column) is copied in once;
     each stored tile is written in the matmul's layout and read back in a coalesced one."""
-    factor = np.where(phase.kind == STORE, 2, 1) * (phase.tile_cols > 1) * tile_bytes
+    return _tiles_per_unit(phase, tile_bytes, np.where(phase.kind == STORE, 2, 1))
+
+
+def _tiles_per_unit(phase: Phase, tile_bytes: np.ndarray, passes: np.ndarray) -> np.ndarray:
+    """Bytes per unit of ``phase``: each access row's whole tile (``tile_bytes``; not a
+    vector of one column) ``passes[row]`` times, where the access happens."""
+    factor = passes * (phase.tile_cols > 1) * tile_bytes
     return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
@@ -222,8 +228,7 @@ def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> 
     bytes account for 30-63%, naive_pv (no such loads, one small store) 19-69% where they
     account for 16-64%."""
     through = (phase.kind == STORE) | ((phase.kind == LOAD) & (not pipelined))
-    factor = through * (phase.tile_cols > 1) * tile_bytes
-    return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
+    return _tiles_per_unit(phase, tile_bytes, through)
 
 
 def spill_round_trips(given: CompiledResources) -> int:
