@@ -403,3 +403,50 @@ def test_reconcile_says_which_records_had_their_compiled_occupancy():
                                                    "mixed": 1}
     line = next(x for x in target_lines(report) if x.startswith("occupancy:"))
     assert line.startswith("occupancy: 1 records predicted with the registers")
+
+
+def test_cli_selects_records_by_id_and_length(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    monkeypatch.setattr(predict_mod, "predict", stub)
+    monkeypatch.setattr(predict_mod, "model_name", lambda: "stub")
+    # N = 256 only: predicted 1, 2, 3 ms against 1.1, 1.8, 3.0 ms measured.
+    assert run_cli(["reconcile", str(path), "--max-seq", "256", "--json"], monkeypatch) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["selection"] == {"match": None, "max_seq": 256, "selected": 3, "of": 6}
+    expected = (abs(1.0 / 1.1 - 1) + abs(2.0 / 1.8 - 1) + 0.0) / 3 * 100
+    assert report["summary"]["overall"]["time"]["mape_pct"] == pytest.approx(expected)
+    assert report["n_records"] == 3
+    # block_m 128 in both shapes: 0% and -50%.
+    assert run_cli(["reconcile", str(path), "--match=-m128-", "--json"], monkeypatch) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["selection"]["selected"] == 2
+    assert report["summary"]["overall"]["time"]["mape_pct"] == pytest.approx(25.0)
+    # The tables say it is a subset, before the targets (and so does the plot's title).
+    plot = tmp_path / "subset.png"
+    assert run_cli(["reconcile", str(path), "--match=-m128-", "--max-seq", "512", "--plot",
+                    str(plot)], monkeypatch) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("selection: 2 of 6 records (--match '-m128-', --max-seq 512); the numbers below "
+            "are this subset's, not the whole run's") in text
+    assert text.index("selection: 2 of 6") < text.index("target time_mape_pct")
+    # Without a selection the report says so: every record.
+    assert run_cli(["reconcile", str(path), "--json"], monkeypatch) == 0
+    assert json.loads(capsys.readouterr().out)["selection"] is None
+
+
+def test_cli_selection_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "synthetic.jsonl"
+    write_records(path, synthetic_records())
+    saved = tmp_path / "report.json"
+    for argv in (["--match", "m(128"], ["--match", "naive-"], ["--max-seq", "0"],
+                 ["--max-seq", "128"]):
+        assert run_cli(["reconcile", str(path), "--save", str(saved)] + argv, monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("tilesim: error:") for line in err)
+    assert "not a regular expression" in err[0]
+    assert "no record of the 6 read is selected by --match 'naive-'" in err[1]
+    assert '"--max-seq" must be >= 1, got 0.' in err[2]
+    assert "selected by --max-seq 128" in err[3]
+    assert not saved.exists()  # nothing was written

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from simulator.cli.render import fmt_bytes, fmt_time
 from validation.reconcile import TARGETS, TIE_GAP
+from validation.selection import selection_flags
 
 
 def _pct(v: float | None) -> str:
@@ -111,8 +112,19 @@ def tables(report: dict, per_config: bool = True) -> list:
     return out
 
 
+def selection_line(report: dict) -> str | None:
+    """What ``--match``/``--max-seq`` kept, or None for every record: a subset's numbers are
+    not the run's headline."""
+    sel = report.get("selection")
+    if not sel:
+        return None
+    return (f"selection: {sel['selected']} of {sel['of']} records ({selection_flags(sel)}); "
+            "the numbers below are this subset's, not the whole run's")
+
+
 def target_lines(report: dict) -> list[str]:
-    lines = []
+    selected = selection_line(report)
+    lines = [selected] if selected else []
     summ = report["summary"]
     for key, t in summ["targets"].items():
         verdict = {None: "no data", True: "met", False: "NOT met"}[t["met"]]
@@ -212,7 +224,9 @@ def plot(report: dict, path: str | Path) -> None:
         ax.set_xlabel(f"measured {label}")
         ax.set_ylabel(f"predicted {label}")
     title = f"tilesim ({report['model']}) vs {', '.join(report['hardware']) or 'GPU'}"
-    fig.suptitle(title + (" — SYNTHETIC records" if report["synthetic"] else ""))
+    sel = report.get("selection")
+    subset = f" — {sel['selected']} of {sel['of']} records ({selection_flags(sel)})" if sel else ""
+    fig.suptitle(title + (" — SYNTHETIC records" if report["synthetic"] else "") + subset)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

@@ -20,6 +20,14 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="processes predicting the records (default 1; naive attention at "
                         "N = 16k takes about 20 s per record)")
+    p.add_argument("--match", default=None, metavar="REGEX",
+                   help="only the records whose record_id matches REGEX (searched, e.g. "
+                        "'fa2-bwd' or 'd128.*causal'; one that starts with '-' as "
+                        "--match=-m128-): a quick look at one group while the model "
+                        "changes; the report says it is a subset")
+    p.add_argument("--max-seq", type=int, default=None, metavar="N",
+                   help="only the records whose query and key lengths are at most N (naive "
+                        "attention at N = 16k is most of a full run's time)")
     p.add_argument("--fill-loop-facts", action="store_true",
                    help="records without the main-loop facts of their kernels (spills per "
                         "iteration and the waits for them; the H200 records of 2026-11-30): "
@@ -41,11 +49,14 @@ def run(args) -> int:
     from traces.problem import ProblemError
     from validation import report as rp
     from validation.reconcile import nothing_compared, reconcile
+    from validation.selection import compile_match, select_records
 
-    check_counts(("--jobs", args.jobs))  # before any file is read or checked
+    check_counts(("--jobs", args.jobs), ("--max-seq", args.max_seq))  # before any file is read
+    pattern = compile_match(args.match)
     check_plot_path(args.plot)
     check_output_paths(args.save)
     records, errors = read_records_or_fail(args.records)
+    records, selection = select_records(records, pattern, args.max_seq)
     filled = None
     if args.fill_loop_facts:
         from validation.fill_facts import fill_loop_facts
@@ -58,6 +69,7 @@ def run(args) -> int:
         raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
     report["loop_facts_filled"] = filled
+    report["selection"] = selection
     if args.plot:
         rp.plot(report, args.plot)
     if args.save:
