@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                         "prediction run gives both)")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes predicting the records (default 1; naive attention at "
-                        "N = 16k takes about 20 s per record)")
+                        "N = 16k takes 8-110 s per record, by tile size)")
     p.add_argument("--match", default=None, metavar="REGEX",
                    help="only the records whose record_id matches REGEX (searched, e.g. "
                         "'fa2-bwd' or 'd128.*causal'; one that starts with '-' as "
