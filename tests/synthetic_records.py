@@ -62,9 +62,10 @@ def _counts(problem: AttentionProblem, tiling: Tiling, schedule: str) -> tuple:
 
 
 def additive_model(problem: AttentionProblem, tiling: Tiling, schedule: str, hw,
-                   compiled=None) -> dict:
+                   compiled=None, l2_start="cold") -> dict:
     """A SYNTHETIC stand-in for the simulator whose time is a sum of one term per parameter
-    (launches, DRAM, L2, tensor, exp), so that a known parameter set is recoverable."""
+    (launches, DRAM, L2, tensor, exp), so that a known parameter set is recoverable
+    (whatever L2 held at the start)."""
     n_kernels, dram, global_bytes, tensor, exp = _counts(problem, tiling, schedule)
     time_s = (n_kernels * hw.kernel_launch_overhead_s
               + dram / hw.hbm_effective_bytes_per_s

@@ -83,7 +83,7 @@ def test_placement_follows_the_model_dram_bytes(monkeypatch):
     """Halve the model's DRAM bytes (as an L2 would): every intensity doubles exactly."""
     real = model.predict
 
-    def with_l2(problem, tiling, schedule, hw, compiled=None):
+    def with_l2(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         pred = real(problem, tiling, schedule, hw)
         for k in pred["kernels"]:
             k["bytes"]["dram_read"] //= 2

@@ -320,7 +320,7 @@ def test_records_the_model_refuses_are_listed_not_dropped():
     from traces.problem import ProblemError
     from validation.reconcile import reconcile
 
-    def picky(problem, tiling, schedule, hw, compiled=None):
+    def picky(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         if tiling.block_m == 128:
             raise ProblemError("tile larger than SRAM")
         return model.predict(problem, tiling, schedule, hw)

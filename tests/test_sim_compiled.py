@@ -44,7 +44,7 @@ def test_records_are_predicted_with_their_kernel_facts():
     assert compiled_resources(dict(rec, kernel_facts=None)) is None
     seen = []
 
-    def spy(problem, tiling, schedule, hw, compiled=None):
+    def spy(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         seen.append(compiled)
         return {"time_s": 1.0}
 

@@ -35,7 +35,7 @@ def good_records() -> list[dict]:
             for p in SHAPES for bm in BLOCKS]
 
 
-def plus_ten_percent(problem, tiling, schedule, hw, compiled=None):
+def plus_ten_percent(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
     """SYNTHETIC model: every time and DRAM byte count 10% above the measurement."""
     return {"time_s": 1.1 * _measured_s(problem, tiling), "bound": "hbm", "legal": True,
             "bytes": {"global_read": 2.2e6, "global_write": 0, "dram_read": 1.1e6,

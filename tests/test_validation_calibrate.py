@@ -95,7 +95,7 @@ def test_fit_recovers_known_parameters_and_never_fits_held_out():
                      for r in recs if shape_key(r) in held}
     seen_held: list = []
 
-    def spy(problem, tiling, schedule, hw, compiled=None):
+    def spy(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         key = json.dumps([schedule, problem.to_dict(), tiling.to_dict()], sort_keys=True)
         if key in held_problems:
             seen_held.append(hw)
@@ -168,7 +168,7 @@ def test_train_max_seq_fits_short_shapes_and_holds_out_every_length():
     _, held = split_by_shape(recs, 0.25, seed=0)
     simulated: list[int] = []
 
-    def spy(problem, tiling, schedule, hw, compiled=None):
+    def spy(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         simulated.append(max(problem.seq_q, problem.seq_kv))
         return additive_model(problem, tiling, schedule, hw)
 
@@ -203,7 +203,7 @@ def test_max_evals_counts_every_simulation_and_keeps_the_best_point():
     base = load_hardware("h200-sxm")
     calls = []
 
-    def counting(problem, tiling, schedule, hw, compiled=None):
+    def counting(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         calls.append(hw)
         return additive_model(problem, tiling, schedule, hw)
 
@@ -249,7 +249,7 @@ def test_records_the_model_refuses_are_left_out_before_the_fit(tmp_path, monkeyp
                    for r in recs if r["record_id"] in bad}
     events = []
 
-    def refusing(problem, tiling, schedule, hw, compiled=None):
+    def refusing(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         key = json.dumps([schedule, problem.to_dict(), tiling.to_dict()], sort_keys=True)
         if key in bad_configs:
             raise ProblemError("tiling does not fit (planted)")
@@ -284,7 +284,7 @@ def test_a_fit_with_every_held_out_record_refused_stops_at_once():
     _, held_shapes = split_by_shape(recs, 0.25, seed=0)
     calls = []
 
-    def refuse_held(problem, tiling, schedule, hw, compiled=None):
+    def refuse_held(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         calls.append(1)
         rec_shape = [shape_key(r) for r in recs
                      if r["problem"] == problem.to_dict() and r["schedule"] == schedule][0]
@@ -311,7 +311,7 @@ def test_the_fit_steps_off_a_zero_parameter_by_a_visible_amount():
     assert base.iteration_overhead_s == 0
     seen = []
 
-    def spy(problem, tiling, schedule, hw, compiled=None):
+    def spy(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         seen.append(hw.iteration_overhead_s)
         return additive_model(problem, tiling, schedule, hw)
 

@@ -110,7 +110,7 @@ def test_choose_ranks_by_geometric_mean_over_lengths():
     assert chosen[:2] == [0, 1]
 
 
-def _roofline_predictor(problem, tiling, schedule, hw, compiled=None):
+def _roofline_predictor(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
     """A fast stand-in for the simulator (this test checks the plan's structure, not the
     model): the count prediction timed by its roofline bound, global bytes as DRAM bytes."""
     from simulator.prediction import count_prediction
@@ -223,7 +223,7 @@ def test_reselect_from_kept_ratings_needs_no_model():
         matrix.reselect_plan(moved, hw)
 
 
-def _split_penalty_predictor(problem, tiling, schedule, hw, compiled=None):
+def _split_penalty_predictor(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
     """The stand-in, with decode's time growing with the split count: a model change that
     moves only decode's ratings."""
     pred = _roofline_predictor(problem, tiling, schedule, hw)

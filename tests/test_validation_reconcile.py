@@ -30,7 +30,7 @@ DRAM_PRED, DRAM_MEAS = 1.1e6, 1.0e6  # +10% everywhere
 L2_PRED, L2_MEAS = 3.0e6, 4.0e6  # -25% everywhere
 
 
-def stub(problem, tiling, schedule, hw, compiled=None):
+def stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
     """SYNTHETIC model: a lookup table."""
     pred_ms, _ = TIMES[(problem.seq_q, tiling.block_m)]
     return {"time_s": pred_ms * 1e-3, "bound": "hbm", "legal": True,
@@ -170,7 +170,7 @@ def test_predicting_in_processes_gives_the_same_report():
 def test_a_config_the_model_refuses_is_listed_not_fatal():
     from traces.problem import ProblemError
 
-    def picky(problem, tiling, schedule, hw, compiled=None):
+    def picky(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         if tiling.block_m == 128:
             raise ProblemError("tile larger than SRAM")
         return stub(problem, tiling, schedule, hw)
@@ -267,7 +267,7 @@ def test_per_kernel_rows_by_hand():
     measured_s = [8e-6, 25e-6, 50e-6]
     dram_pred, dram_meas = [1e6, 2e6, 3e6], [1e6, 1e6, 4e6]
 
-    def kernel_stub(problem, tiling, schedule, hw, compiled=None):
+    def kernel_stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         return {"time_s": sum(predicted_s), "bound": "hbm", "legal": True,
                 "bytes": {"global_read": 6e6, "global_write": 0, "dram_read": 6e6,
                           "dram_write": 0},
@@ -321,7 +321,7 @@ def test_kernel_errors_by_tiling_over_the_shapes():
 
     launch = load_hardware("h200-sxm").kernel_launch_overhead_s
 
-    def stub(problem, tiling, schedule, hw, compiled=None):
+    def stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         return {"time_s": 10e-6 + launch, "bound": "tensor", "legal": True,
                 "bytes": {"global_read": 1e6, "global_write": 0, "dram_read": 1e6,
                           "dram_write": 0},
@@ -365,7 +365,7 @@ def test_fallback_hardware_serves_only_the_records_without_a_preset():
     other = dict(record("fa2", AttentionProblem(1, 2, 512, 64), tiling, 2e-4,
                         env={"gpu_name": "AMD MI300X"}), record_id="mi300x")
 
-    def names_the_hardware(problem, tiling, schedule, hw, compiled=None):
+    def names_the_hardware(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         return {"time_s": 1e-4, "bound": "hbm", "legal": True, "hardware": hw.name,
                 "bytes": {"global_read": 2.0, "global_write": 0.0, "dram_read": 1.0,
                           "dram_write": 0.0}}
@@ -386,7 +386,7 @@ def test_reconcile_says_which_records_had_their_compiled_occupancy():
     SYNTHETIC facts; the predictor labels its kernels as the simulator does."""
     from simulator.prediction import resources_source
 
-    def labelled(problem, tiling, schedule, hw, compiled=None):
+    def labelled(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
         pred = stub(problem, tiling, schedule, hw)
         pred["kernels"] = [{"name": "fa2_fwd",
                             "resources": resources_source(compiled, "fa2_fwd")}]

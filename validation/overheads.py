@@ -7,7 +7,9 @@ The records leave three costs the model does not know (BENCHMARKS.md, "What is l
   dirty lines that its own misses must write to HBM. A memory-bound first kernel would pay
   for them, a compute-bound one would hide them: decode's records run 4-9 us slower under
   ``do_bench`` than the sum of their kernels' Nsight Compute durations, FA2's forward about
-  0 us slower.
+  0 us slower. Since 2026-12-03 the model predicts the records so (``l2_start`` "dirty",
+  the preset's whole L2 dirty: ``simulator.sim.l2``); ``dirty - clean`` below says how
+  much of L2 the flush really leaves dirty.
 - **A kernel's fixed cost.** decode's reduce takes about 2.5 us more than its loads explain
   at every split count (its ncu duration against the split count), and so does PyTorch's
   own flash decoding at the same sizes (the peers' times at N = 1k).

@@ -5,7 +5,9 @@ timing simulator (``simulator.sim.predict``): time, DRAM bytes through the L2 mo
 Everything in ``validation/`` calls the model through this module; tests pass their own
 predictor instead. ``predict_record`` predicts a measurement record with the occupancy its
 kernels really had: the registers and shared memory the device's compiler gave them (the
-record's ``kernel_facts``), where the record has them, instead of the model's estimate.
+record's ``kernel_facts``), where the record has them, instead of the model's estimate; and
+with L2 as its timing left it (``l2_start_of``): ``do_bench`` zeroes 256 MiB before every
+timed run, so each starts with L2 full of dirty lines that its first misses write back.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from simulator.hardware import Hardware
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 
-# predictor(problem, tiling, schedule, hw, compiled=None) -> tilesim.prediction/1 dict
+# predictor(problem, tiling, schedule, hw, compiled=None, l2_start="cold")
+#     -> tilesim.prediction/1 dict
 Predictor = Callable[..., dict]
+# How a record says it was timed: by do_bench, L2 flushed (zeroed) before every run.
+DO_BENCH = "triton.testing.do_bench"
 
 
 def model_name() -> str:
@@ -26,12 +31,24 @@ def model_name() -> str:
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-            compiled=None) -> dict:
+            compiled=None, l2_start: str = "cold") -> dict:
     """The simulator's prediction for one configuration (``compiled``: kernel name ->
-    ``simulator.occupancy.CompiledResources``, where known)."""
-    from simulator.sim import predict as simulate
+    ``simulator.occupancy.CompiledResources``, where known; ``l2_start``: what L2 held when
+    the call was timed, ``simulator.sim.L2_STARTS``; the kernels as Nsight Compute
+    profiles them, cold: ``simulator.sim.predict_as_timed``)."""
+    from simulator.sim import predict_as_timed
 
-    return simulate(problem, tiling, schedule, hw, compiled=compiled)[0]
+    return predict_as_timed(problem, tiling, schedule, hw, compiled, l2_start)[0]
+
+
+def l2_start_of(rec: dict) -> str:
+    """What L2 held when the record's timed runs started: "dirty" after ``do_bench``'s flush
+    (it zeroes a 256 MiB buffer, and L2 is write-back: the last ``l2_bytes`` of zeros are
+    still there, dirty; ``simulator.sim.l2``), "cold" for any other timing, which the model
+    does not know better."""
+    timing = rec.get("timing") or {}
+    flushed = timing.get("method") == DO_BENCH and timing.get("l2_flushed") is True
+    return "dirty" if flushed else "cold"
 
 
 def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
@@ -62,8 +79,9 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
 
 def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
     """``predictor``'s prediction for a Triton record, with the record's compiled resources
-    (``compiled=``; None where it has none). ``ProblemError`` if its ``kernel_facts`` name a
-    kernel the record's schedule does not launch (they belong to another config)."""
+    (``compiled=``; None where it has none) and L2 as its timing found it (``l2_start=``).
+    ``ProblemError`` if its ``kernel_facts`` name a kernel the record's schedule does not
+    launch (they belong to another config)."""
     from traces.schedules import build_schedule
 
     problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(rec["tiling"])
@@ -76,7 +94,7 @@ def predict_record(predictor: Predictor, rec: dict, hw: Hardware) -> dict:
                                f"{rec['schedule']} {problem.pass_} does not launch "
                                f"({', '.join(sorted(launched))})")
     return predictor(problem, tiling, rec["schedule"], hw,
-                     compiled=compiled_resources(rec, hw))
+                     compiled=compiled_resources(rec, hw), l2_start=l2_start_of(rec))
 
 
 def predict_or_refusal(task) -> tuple[dict | None, str | None]:

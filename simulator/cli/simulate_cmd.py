@@ -23,6 +23,7 @@ from simulator.cli.common import (
     problem_from_args,
     tiling_from_args,
 )
+from simulator.sim import L2_STARTS
 from traces.schedules.mma_layout import MMA_TILE_M as MMA_ROWS
 from traces.schedules.mma_layout import parse_layout_label, replication
 
@@ -39,6 +40,11 @@ def add_parser(sub) -> None:
     p.add_argument("--mode", choices=("auto", "full", "aggregated"), default="auto",
                    help="full: an event per tile step; aggregated: CTAs as fluid jobs "
                         "(auto picks by size)")
+    p.add_argument("--l2-start", choices=L2_STARTS, default="cold",
+                   help="what L2 holds at the start: cold, nothing; dirty, the preset's L2 "
+                        "full of another program's dirty lines, as triton.testing.do_bench "
+                        "leaves it (its writes-back cost HBM time; bytes of none of the "
+                        "run's tensors)")
     p.set_defaults(func=run)
 
 
@@ -49,7 +55,8 @@ def run(args) -> int:
     check_output_paths(args.timeline)
     problem, tiling = problem_from_args(args), tiling_from_args(args)
     compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
-    pred, sim = predict(problem, tiling, args.schedule, hw, args.mode, compiled)
+    pred, sim = predict(problem, tiling, args.schedule, hw, args.mode, compiled,
+                        args.l2_start)
     if args.timeline:
         from simulator.sim.timeline import write_chrome_trace
 
@@ -95,6 +102,10 @@ def timing_table(pred: dict):
     table.caption = (f"* total TFLOP/s counts the papers' convention FLOPs; kernel rows count "
                      f"executed tensor FLOPs. {sim['mode']} simulation: {sim['events']:,} "
                      f"events in {sim['wall_s']:.2f} s")
+    foreign = pred["bytes"].get("foreign_dram_write")
+    if foreign:
+        table.caption += (f". L2 started dirty: {foreign / 1e6:,.1f} MB of another program's "
+                          f"data written back, in the HBM GB/s above")
     return table
 
 

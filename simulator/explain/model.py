@@ -54,21 +54,21 @@ def dram_bytes(byte_counts: dict) -> int:
 
 
 def _simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-              compiled=None):
+              compiled=None, l2_start: str = "cold"):
     """``(prediction dict with "model", Simulation)``; ``ProblemError`` if it cannot run."""
     from simulator import sim
 
-    pred, simulation = sim.predict(problem, tiling, schedule, hw, compiled=compiled)
+    pred, simulation = sim.predict_as_timed(problem, tiling, schedule, hw, compiled,
+                                            l2_start)
     pred["model"] = source()
     return pred, simulation
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-            compiled=None) -> dict:
+            compiled=None, l2_start: str = "cold") -> dict:
     """The simulator's prediction dict (``tilesim.prediction/1``) plus ``model``
-    (``compiled``: the compiler's registers and shared memory by kernel name, as
-    ``validation.predict.predict``)."""
-    return _simulate(problem, tiling, schedule, hw, compiled)[0]
+    (``compiled`` and ``l2_start`` as ``validation.predict.predict``)."""
+    return _simulate(problem, tiling, schedule, hw, compiled, l2_start)[0]
 
 
 PAIR = ("naive", "fa2")

@@ -30,6 +30,10 @@ from traces.tiling import Tiling
 
 FULL_MODE_MAX_STEPS = 20_000
 MODES = ("auto", "full", "aggregated")
+# What L2 holds when the run starts: "cold", nothing; "dirty", the preset's whole capacity
+# of another program's dirty lines, as ``triton.testing.do_bench`` leaves it before every
+# timed run (it zeroes 256 MiB; ``simulator.sim.l2``, "Foreign dirty data").
+L2_STARTS = ("cold", "dirty")
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Simulation:
     mode: str
     wall_s: float  # seconds the simulation itself took (not the Python start-up)
     compiled: dict | None = None  # kernel name -> CompiledResources, where given
+    l2_start: str = "cold"  # one of L2_STARTS
 
     @property
     def time_s(self) -> float:
@@ -85,13 +90,19 @@ def check_fits(schedule, hw: Hardware, compiled=None) -> None:
 
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-        mode: str = "auto", compiled=None) -> Simulation:
+        mode: str = "auto", compiled=None, l2_start: str = "cold",
+        kernels: int | None = None) -> Simulation:
     """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run
     (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all).
 
     ``compiled`` maps kernel names to ``simulator.occupancy.CompiledResources``: the
     registers and shared memory the compiler gave them, used for residency instead of the
-    estimate.
+    estimate. ``l2_start`` is what L2 holds at the start (``L2_STARTS``): with "dirty" the
+    first allocations also write another program's data back to DRAM, in HBM time the
+    kernels pay; for the same order of accesses their own hits, misses and DRAM bytes are
+    those of a cold start. ``kernels``: simulate only the first that many launches, the
+    last of them ending as it does when the next follows (``mode`` "auto" then decides on
+    those alone).
     """
     from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
@@ -101,39 +112,84 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
 
     if mode not in MODES:
         raise ProblemError(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}.')
+    if l2_start not in L2_STARTS:
+        raise ProblemError(f'"l2_start" must be one of {", ".join(L2_STARTS)}, got '
+                           f'{l2_start!r}.')
     started = time.perf_counter()
     check_device_memory(problem, tiling, schedule, hw)
     sched = build_schedule(problem, tiling, schedule)
     check_fits(sched, hw, compiled)
     fast_numba_start()
     programs = schedule_programs(sched, hw, compiled=compiled)
+    followed = False
+    if kernels is not None:
+        if not 1 <= kernels <= len(programs):
+            raise ProblemError(f'"kernels" must be 1 to {len(programs)}, got {kernels}.')
+        programs, followed = programs[:kernels], kernels < len(programs)
     steps = sum(p.iterations + p.grid for p in programs)
     if mode == "auto":
         mode = "full" if steps <= FULL_MODE_MAX_STEPS else "aggregated"
-    cache = L2Cache(hw.l2_bytes, BlockLayout.from_schedule(sched))
+    layout = BlockLayout.from_schedule(sched)
+    if l2_start == "dirty":
+        layout = layout.with_foreign(hw.l2_bytes)
+    cache = L2Cache(hw.l2_bytes, layout)
+    if l2_start == "dirty":
+        cache.fill_foreign()
     if mode == "full":
         from simulator.sim.full import FullEngine as Engine
     else:
         from simulator.sim.fluid import FluidEngine as Engine
-    runs = Engine(programs, hw, cache, tiling.num_stages).run()
+    runs = Engine(programs, hw, cache, tiling.num_stages, followed).run()
     return Simulation(problem, tiling, schedule, hw, sched.tensor_names, runs, mode,
-                      time.perf_counter() - started, compiled)
+                      time.perf_counter() - started, compiled, l2_start)
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-            mode: str = "auto", compiled=None) -> tuple[dict, Simulation]:
+            mode: str = "auto", compiled=None, l2_start: str = "cold"
+            ) -> tuple[dict, Simulation]:
     """The full ``tilesim.prediction/1`` dict, and the simulation behind it."""
     from simulator.sim.results import fill_prediction
 
-    sim = run(problem, tiling, schedule, hw, mode, compiled)
+    sim = run(problem, tiling, schedule, hw, mode, compiled, l2_start)
     return fill_prediction(sim), sim
 
 
+def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+                     compiled=None, l2_start: str = "cold") -> tuple[dict, Simulation]:
+    """The prediction of a measured call, each number as its measurement saw L2.
+
+    Nsight Compute flushes and invalidates L2 before every kernel it profiles, so a
+    kernel's duration and DRAM bytes are a cold start's: the kernels and bytes are those of
+    a cold run. The call's time is what the timing saw: with ``l2_start`` "dirty"
+    (``do_bench``'s flush) the cold run's time plus what the dirty start adds to its first
+    kernel, simulated on its own in the same mode (``dirty_start``: those seconds and the
+    foreign bytes written back). The kernels after the first run as in the cold run: by
+    then the first has written back the foreign data (all of it, once it has allocated
+    ``l2_bytes``; the rest, if it allocates less, is left out, as is any difference the
+    first kernel's timing makes to their order of accesses).
+    """
+    if l2_start not in L2_STARTS:
+        raise ProblemError(f'"l2_start" must be one of {", ".join(L2_STARTS)}, got '
+                           f'{l2_start!r}.')
+    pred, cold = predict(problem, tiling, schedule, hw, compiled=compiled)
+    pred["l2_start"] = l2_start
+    if l2_start == "dirty":
+        first = run(problem, tiling, schedule, hw, cold.mode, compiled, "dirty", kernels=1)
+        extra = float(first.runs[0].time_s - cold.runs[0].time_s)
+        written = int(first.runs[0].foreign_writeback_bytes)
+        pred["time_s"] += extra
+        pred["bytes"]["foreign_dram_write"] = written
+        pred["dirty_start"] = {"kernel": first.runs[0].name, "time_s": extra,
+                               "foreign_dram_write": written}
+    return pred, cold
+
+
 def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-             mode: str = "auto", timeline: bool = False, compiled=None) -> dict:
+             mode: str = "auto", timeline: bool = False, compiled=None,
+             l2_start: str = "cold") -> dict:
     """The full ``tilesim.prediction/1`` dict; with ``timeline`` also ``"timeline"``: the
     ``KernelRun`` of each launch (CTA start, end and slot; not JSON — pop it first)."""
-    pred, sim = predict(problem, tiling, schedule, hw, mode, compiled)
+    pred, sim = predict(problem, tiling, schedule, hw, mode, compiled, l2_start)
     if timeline:
         pred["timeline"] = sim.runs
     return pred

@@ -299,8 +299,11 @@ class FluidEngine:
     """Runs every kernel of a schedule through passes A, B and C (module docstring)."""
 
     def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
-                 num_stages: int):
+                 num_stages: int, followed: bool = False):
         self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
+        # Other kernels follow these (``sim.run(kernels=...)``): the last of them then ends
+        # as any kernel with a next one does (record.KernelRun).
+        self.followed = followed
         self.env = simpy.Environment()
         self.runs: list[KernelRun] = []
 
@@ -313,7 +316,8 @@ class FluidEngine:
         for i, prog in enumerate(self.programs):
             launch = self.env.now
             yield self.env.timeout(self.hw.kernel_launch_overhead_s)
-            yield from self._kernel(prog, launch, last=i == len(self.programs) - 1)
+            last = i == len(self.programs) - 1 and not self.followed
+            yield from self._kernel(prog, launch, last=last)
 
     def _kernel(self, prog: KernelProgram, launch: float, last: bool):
         hw, cache = self.hw, self.cache
@@ -376,12 +380,14 @@ class FluidEngine:
         hbm = segments[:, [0, 1, 3]]
         if flushed and not last:
             hbm = np.vstack([hbm, [[done, self.env.now, hw.hbm_effective_bytes_per_s]]])
+        traffic, foreign = cache.traffic_since(stats_before)
         self.runs.append(KernelRun(
             name=prog.name, launch_s=launch, start_s=begin, end_s=self.env.now,
             ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
             sram_bytes_per_cta=prog.sram_bytes, cta_start=start + begin, cta_end=end + begin,
-            cta_slot=slot, tensor_bytes=cache.stats - stats_before, flush_bytes=flushed,
-            events=events, tile_accesses=tiles, mode="aggregated", hbm_segments=hbm,
+            cta_slot=slot, tensor_bytes=traffic, flush_bytes=flushed,
+            foreign_writeback_bytes=foreign, events=events, tile_accesses=tiles,
+            mode="aggregated", hbm_segments=hbm,
             l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
             issued=prog.totals()["work"].sum(axis=1),
         ))

@@ -86,8 +86,11 @@ class FullEngine:
     """Runs every kernel of a schedule on one SimPy environment (see the module docstring)."""
 
     def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
-                 num_stages: int):
+                 num_stages: int, followed: bool = False):
         self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
+        # Other kernels follow these (``sim.run(kernels=...)``): the last of them then ends
+        # as any kernel with a next one does (record.KernelRun).
+        self.followed = followed
         self.env = CountingEnvironment()
         self.l2 = SharedBandwidth(self.env, hw.l2_effective_bytes_per_s, "l2")
         self.hbm = SharedBandwidth(self.env, hw.hbm_effective_bytes_per_s, "hbm")
@@ -130,16 +133,18 @@ class FullEngine:
             self.hbm_moved = self.hbm_charged = 0.0
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
             flushed = self.cache.flush()
-            if i < len(self.programs) - 1:  # record.KernelRun: why, and why not after the last
+            # record.KernelRun: why, and why not after the last
+            if i < len(self.programs) - 1 or self.followed:
                 if flushed:
                     self._hbm(flushed, 1.0, _nothing)
                 yield self.hbm.idle()  # write-backs in flight finish before the next kernel
+            traffic, foreign = self.cache.traffic_since(before)
             self.runs.append(KernelRun(
                 name=prog.name, launch_s=launch, start_s=start, end_s=self.env.now,
                 ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
                 sram_bytes_per_cta=prog.sram_bytes, cta_start=self.cta_start,
                 cta_end=self.cta_end, cta_slot=self.cta_slot,
-                tensor_bytes=self.cache.stats - before, flush_bytes=flushed,
+                tensor_bytes=traffic, flush_bytes=flushed, foreign_writeback_bytes=foreign,
                 events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
                 hbm_segments=_segments(self.hbm, hbm_log,
                                        self.hbm_moved / max(self.hbm_charged, 1.0)),

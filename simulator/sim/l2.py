@@ -24,6 +24,16 @@ Dirty blocks are written to DRAM when they are evicted; ``flush`` writes back wh
 still dirty at the end of a kernel and leaves the data resident (clean), so the next
 kernel can still hit it. Reads are counted in DRAM bytes when they miss; writes when they
 are written back (eviction or end of kernel).
+
+**Foreign dirty data** (``L2Cache.fill_foreign``). A run can start with the cache full of
+another program's dirty lines, as Triton's ``do_bench`` leaves it: before every timed run
+it zeroes a 256 MiB buffer, so the last ``l2_bytes`` of those zeros are still in L2, dirty,
+when the kernel starts (L2 is write-back). They are one extra tensor after the schedule's
+(``BlockLayout.with_foreign``), older than anything the run touches, so LRU evicts them
+first: each byte the run allocates evicts a foreign byte and writes it to DRAM, until none
+is left; for the same order of accesses the run's own hits, misses and write-backs are
+those of an empty cache. ``flush`` leaves them dirty (no kernel end writes them back; the
+next kernel's misses evict them).
 """
 
 from __future__ import annotations
@@ -62,6 +72,9 @@ PAGE_SHIFT = GROUP_BITS + PAGE_BITS
 TAG_BITS = 16
 _TAG_MASK = (1 << TAG_BITS) - 1
 DIRTY = 1
+# Another program's data (``L2Cache.fill_foreign``) is held in blocks of this size: a
+# multiple of every line, few enough blocks that filling 60 MiB is 15 360 lookups.
+FOREIGN_BLOCK_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,7 @@ class BlockLayout:
     base: np.ndarray  # first block number of the tensor
     planes: np.ndarray
     total_blocks: int
+    foreign_tensor: int | None = None  # index of another program's data (``with_foreign``)
 
     @classmethod
     def from_schedule(cls, schedule: Schedule) -> BlockLayout:
@@ -99,6 +113,28 @@ class BlockLayout:
         base = np.concatenate([[0], np.cumsum(per_tensor)[:-1]]).astype(np.int64)
         return cls(rows, cols, np.array([t.elem_bytes for t in tensors], dtype=np.int64),
                    r, c, -(-rows // r), -(-cols // c), base, planes, int(per_tensor.sum()))
+
+    def with_foreign(self, nbytes: int) -> BlockLayout:
+        """This layout and one more tensor after the schedule's: ``nbytes`` (whole
+        ``FOREIGN_BLOCK_BYTES`` blocks) of another program's data (``L2Cache.fill_foreign``)."""
+        if self.foreign_tensor is not None:
+            raise ValueError("the layout already has a foreign tensor.")
+        rows = nbytes // FOREIGN_BLOCK_BYTES
+
+        def grow(values: np.ndarray, value: int) -> np.ndarray:
+            return np.append(values, np.int64(value))
+
+        return BlockLayout(
+            grow(self.rows, rows), grow(self.cols, FOREIGN_BLOCK_BYTES), grow(self.elem, 1),
+            grow(self.block_rows, 1), grow(self.block_cols, FOREIGN_BLOCK_BYTES),
+            grow(self.row_blocks, rows), grow(self.col_blocks, 1),
+            grow(self.base, self.total_blocks), grow(self.planes, 1), self.total_blocks + rows,
+            foreign_tensor=int(self.rows.size))
+
+    @property
+    def own_tensors(self) -> int:
+        """How many tensors belong to the schedule (all but a foreign one)."""
+        return int(self.rows.size) if self.foreign_tensor is None else self.foreign_tensor
 
     @property
     def full_block_bytes(self) -> np.ndarray:
@@ -207,9 +243,29 @@ class L2Cache:
         touch_tiles(self.state(), self.layout.arrays(), tiles, tiles.shape[0], out)
         return out
 
+    def fill_foreign(self) -> int:
+        """Fill the cache with the layout's foreign tensor, every block dirty (module
+        docstring), before anything else is accessed; returns the bytes it holds."""
+        t = self.layout.foreign_tensor
+        if t is None:
+            raise ValueError("the layout has no foreign tensor (BlockLayout.with_foreign).")
+        rows, cols = int(self.layout.rows[t]), int(self.layout.cols[t])
+        before = self.stats[t].copy()
+        self.access(np.array([[t, 0, 0, 0, rows, cols, 1]], dtype=np.int64))
+        self.stats[t] = before  # filling is not traffic of the run
+        return rows * cols
+
     def flush(self) -> int:
-        """Write back every dirty block (counted per tensor); returns the bytes written."""
-        return int(flush(self.state()))
+        """Write back every dirty block of the schedule's tensors (counted per tensor; a
+        foreign tensor's stay dirty); returns the bytes written."""
+        return int(flush(self.state(), self.layout.own_tensors))
+
+    def traffic_since(self, before: np.ndarray) -> tuple[np.ndarray, int]:
+        """The statistics since ``before`` (a copy of ``stats``): ``[own tensors, 4]``
+        bytes of the schedule's tensors, and the foreign bytes written back."""
+        delta = self.stats - before
+        own = self.layout.own_tensors
+        return delta[:own], int(delta[own:, WRITEBACK].sum())
 
     @property
     def used_bytes(self) -> int:
@@ -444,14 +500,15 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def flush(state):  # pragma: no cover - numba
-    """Write back every dirty block, leaving it resident (clean)."""
+def flush(state, tensors):  # pragma: no cover - numba
+    """Write back every dirty block of the first ``tensors`` tensors, leaving it resident
+    (clean)."""
     meta, _, _, _, _, word, _, _, sizes, stats = state
     written = 0
     for b in range(1, meta[_BUCKETS]):  # freed buckets are all zero
         for s in range(GROUP):
             w = word[b, s]
-            if w & DIRTY:
+            if w & DIRTY and (w & _TAG_MASK) >> 3 < tensors:
                 word[b, s] = w - DIRTY
                 kind = w & _TAG_MASK
                 nbytes = sizes[kind >> 3, (kind >> 1) & 3, 0]

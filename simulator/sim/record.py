@@ -63,6 +63,9 @@ class KernelRun:
     mode: str  # "full" or "aggregated"
     unit_s: np.ndarray  # [4] busy seconds of tensor cores, exp units, FP32 ALUs, shared memory
     issued: np.ndarray  # [3] tensor FLOPs, exps, other FLOPs issued (whole, padded tiles)
+    # Another program's dirty data this kernel's allocations evicted and wrote to DRAM
+    # (``l2.L2Cache.fill_foreign``): HBM time of the kernel's, bytes of no tensor of its.
+    foreign_writeback_bytes: int = 0
 
     @property
     def time_s(self) -> float:
@@ -75,6 +78,11 @@ class KernelRun:
     @property
     def dram_write(self) -> int:
         return int(self.tensor_bytes[:, WRITEBACK].sum())
+
+    @property
+    def hbm_bytes(self) -> int:
+        """Every byte the kernel moved between L2 and DRAM, foreign write-backs included."""
+        return self.dram_read + self.dram_write + self.foreign_writeback_bytes
 
     @property
     def l2_hit(self) -> int:

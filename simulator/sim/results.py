@@ -31,7 +31,7 @@ BOUND_UTILIZATION = 0.5
 
 def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float]:
     hw, t = sim.hardware, np.float64(run.time_s)  # numpy float: overflow is inf, not an error
-    dram = run.dram_read + run.dram_write
+    dram = run.hbm_bytes
     moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
     slot_time = float((run.cta_end - run.cta_start).sum())
     # A what-if with absurd rates (--set exp_ops_per_s=1e-300) makes rate x time overflow to
@@ -74,8 +74,9 @@ def fill_prediction(sim: Simulation) -> dict:
         entry["time_s"] = t
         entry["bytes"]["dram_read"] = run.dram_read
         entry["bytes"]["dram_write"] = run.dram_write
+        entry["bytes"]["foreign_dram_write"] = run.foreign_writeback_bytes
         entry["achieved"] = {
-            "hbm_bytes_per_s": (run.dram_read + run.dram_write) / t,
+            "hbm_bytes_per_s": run.hbm_bytes / t,
             "l2_bytes_per_s": moved / t,
             "tflops": entry["flops"]["tensor"] / t / 1e12,
         }
@@ -94,6 +95,10 @@ def fill_prediction(sim: Simulation) -> dict:
     b = pred["bytes"]
     b["dram_read"] = int(per_tensor[:, 0].sum())
     b["dram_write"] = int(per_tensor[:, 1].sum())
+    # Another program's dirty data the run wrote back (``l2_start`` "dirty"): HBM time it
+    # paid, bytes of none of its tensors (so not in ``dram_write``).
+    b["foreign_dram_write"] = sum(r.foreign_writeback_bytes for r in sim.runs)
+    pred["l2_start"] = sim.l2_start
     for i, name in enumerate(sim.tensor_names):
         pred["per_tensor"][name]["dram_read"] = int(per_tensor[i, 0])
         pred["per_tensor"][name]["dram_write"] = int(per_tensor[i, 1])
@@ -101,7 +106,8 @@ def fill_prediction(sim: Simulation) -> dict:
     pred["time_s"] = total
     pred["bound"] = max(votes, key=lambda k: votes[k])
     pred["achieved"] = {
-        "hbm_bytes_per_s": (b["dram_read"] + b["dram_write"]) / total,
+        "hbm_bytes_per_s": (b["dram_read"] + b["dram_write"] + b["foreign_dram_write"])
+        / total,
         "l2_bytes_per_s": (b["global_read"] + b["global_write"]) / total,
         "tflops": pred["flops"]["tensor"] / total / 1e12,
         "convention_tflops": pred["flops"]["convention"] / total / 1e12,
