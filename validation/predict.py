@@ -17,12 +17,11 @@ from collections.abc import Callable, Sequence
 from simulator.hardware import Hardware
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
+from validation.records import DO_BENCH
 
 # predictor(problem, tiling, schedule, hw, compiled=None, l2_start="cold")
 #     -> tilesim.prediction/1 dict
 Predictor = Callable[..., dict]
-# How a record says it was timed: by do_bench, L2 flushed (zeroed) before every run.
-DO_BENCH = "triton.testing.do_bench"
 
 
 def model_name() -> str:

@@ -32,6 +32,9 @@ from validation.ncu import METRICS
 SCHEMA = "tilesim.record/1"
 IMPLEMENTATIONS = ("triton", "sdpa_math", "sdpa_flash")
 TIMING_KEYS = ("median_s", "p20_s", "p80_s")
+# ``timing.method`` of the runner's timings: do_bench, which zeroes 256 MiB (L2 flushed,
+# ``timing.l2_flushed``) before every timed run.
+DO_BENCH = "triton.testing.do_bench"
 # A timing whose middle runs (p20 to p80) span more than this share of their median timed
 # the config inconsistently: the runner times it again, reconcile lists it. The H200
 # records' median spread is 0.36%; a repeat of 30 configs on a second machine agreed to

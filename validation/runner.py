@@ -26,6 +26,7 @@ from collections.abc import Callable
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
 from validation.records import (
+    DO_BENCH,
     SCHEMA,
     TIMING_KEYS,
     UNSTABLE_SPREAD_PCT,
@@ -59,7 +60,7 @@ def bench(fn: Callable, warmup_ms: float, rep_ms: float) -> dict:
 
     median, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
     return {"median_s": median / 1e3, "p20_s": p20 / 1e3, "p80_s": p80 / 1e3,
-            "method": "triton.testing.do_bench", "l2_flushed": True,
+            "method": DO_BENCH, "l2_flushed": True,
             "warmup_ms": warmup_ms, "rep_ms": rep_ms}
 
 
