@@ -58,6 +58,12 @@ class Simulation:
         return sum(r.events for r in self.runs)
 
 
+def _check_l2_start(l2_start: str) -> None:
+    if l2_start not in L2_STARTS:
+        raise ProblemError(f'"l2_start" must be one of {", ".join(L2_STARTS)}, got '
+                           f'{l2_start!r}.')
+
+
 def check_fits(schedule, hw: Hardware, compiled=None) -> None:
     """Raise ``ProblemError`` (one line) if a CTA of some kernel cannot be resident at all
     (with the registers and shared memory of ``compiled``, by kernel name, where given)."""
@@ -112,9 +118,7 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
 
     if mode not in MODES:
         raise ProblemError(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}.')
-    if l2_start not in L2_STARTS:
-        raise ProblemError(f'"l2_start" must be one of {", ".join(L2_STARTS)}, got '
-                           f'{l2_start!r}.')
+    _check_l2_start(l2_start)
     started = time.perf_counter()
     check_device_memory(problem, tiling, schedule, hw)
     sched = build_schedule(problem, tiling, schedule)
@@ -168,9 +172,7 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
     ``l2_bytes``; the rest, if it allocates less, is left out, as is any difference the
     first kernel's timing makes to their order of accesses).
     """
-    if l2_start not in L2_STARTS:
-        raise ProblemError(f'"l2_start" must be one of {", ".join(L2_STARTS)}, got '
-                           f'{l2_start!r}.')
+    _check_l2_start(l2_start)
     pred, cold = predict(problem, tiling, schedule, hw, compiled=compiled)
     pred["l2_start"] = l2_start
     if l2_start == "dirty":
