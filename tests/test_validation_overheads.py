@@ -95,8 +95,9 @@ def test_dry_run_times_every_mode_but_do_bench(tmp_path):
     decode's two kernels through the interpreter) at tiny sizes, one line per call and mode."""
     pytest.importorskip("torch")
     out = tmp_path / "o.jsonl"
-    names = ["empty", "empty_x2", "chase_4mb", "read_16mb", "decode_k1024_n128_sp2",
-             "decode_k1024_n128_sp2_split", "decode_k1024_n128_sp2_reduce"]
+    names = ["empty", "empty_x2", "chase_4mb", "mma_chain_m64_k64_w4", "read_16mb",
+             "decode_k1024_n128_sp2", "decode_k1024_n128_sp2_split",
+             "decode_k1024_n128_sp2_reduce"]
     done = _module(["run", "--out", str(out), "--dry-run", "--only", *names],
                    TRITON_INTERPRET="1")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -111,9 +112,10 @@ def test_dry_run_times_every_mode_but_do_bench(tmp_path):
     assert summary["empty_x2"]["launch_gap_us"] is not None
     assert isinstance(summary["decode_k1024_n128_sp2"]["writeback_us"], float)
     assert set(summary["decode_k1024_n128_sp2"]["between_us"]) == {"dirty", "clean", "warm"}
-    chase = summary["chase_4mb"]
-    assert chase["per_step_ns"]["warm"] == pytest.approx(
-        chase["median_us"]["warm"] * 1e3 / overheads.DRY_CHASE_STEPS)
+    for chain in ("chase_4mb", "mma_chain_m64_k64_w4"):
+        chase = summary[chain]
+        assert chase["per_step_ns"]["warm"] == pytest.approx(
+            chase["median_us"]["warm"] * 1e3 / overheads.DRY_STEPS)
 
 
 def test_probe_calls_match_the_records_they_explain():
@@ -258,3 +260,29 @@ def test_chase_table_is_one_cycle_through_every_node():
     assert at == 0 and sorted(seen) == list(range(nodes))  # back at the start, all visited
     off_nodes = table.view(nodes, overheads.CHASE_STRIDE)[:, 1:]
     assert int(off_nodes.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("rows, k, warps", [(16, 16, 1), (64, 32, 4)])
+def test_mma_chain_computes_the_dependent_products(rows, k, warps):
+    """The matmul chain really chains: after s steps its output is A B^s with the result
+    rounded to bf16 before each product, as a float64 reference does it (Triton's
+    interpreter on the CPU)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(rows, k, generator=gen).to(torch.bfloat16)
+    b = (torch.randn(k, k, generator=gen) / k ** 0.5).to(torch.bfloat16)
+    out = torch.empty(rows, k, dtype=torch.bfloat16)
+    steps = 3
+    from kernels.common import dot_fp32
+
+    overheads._mma_chain_kernel()[(1,)](a, b, out, steps, M=rows, K=k,
+                                        DOT_FP32=dot_fp32(torch.bfloat16), num_warps=warps)
+    expected = a.double()
+    for _ in range(steps):
+        expected = (expected.to(torch.bfloat16).double() @ b.double())
+    expected = expected.to(torch.bfloat16).double()
+    assert torch.allclose(out.double(), expected, rtol=2e-2, atol=2e-2)
+    # Not the single product: the steps compound.
+    single = (a.double() @ b.double()).to(torch.bfloat16).double()
+    assert not torch.allclose(out.double(), single, rtol=2e-2, atol=2e-2)

@@ -1,6 +1,6 @@
 """What a timed call costs beyond its kernels' work: a probe for the next GPU session.
 
-The records leave three costs the model does not know (BENCHMARKS.md, "What is left"):
+The records leave four costs the model does not know (BENCHMARKS.md, "What is left"):
 
 - **do_bench's flush leaves L2 dirty.** ``triton.testing.do_bench`` zeroes a 256 MB buffer
   before every timed run; L2 is a write-back cache, so the run may begin with L2 full of
@@ -15,6 +15,8 @@ The records leave three costs the model does not know (BENCHMARKS.md, "What is l
   own flash decoding at the same sizes (the peers' times at N = 1k).
 - **The launch between two kernels** (the preset's ``kernel_launch_overhead_s``, 1 us,
   taken from the records' median gap, where timing noise of the long kernels swamps it).
+- **A matmul's latency.** The FA kernels wait for each group of wgmma before the math that
+  reads its result; the model times matmuls by throughput only (the chains below).
 
 This probe times a few calls under four conditions, all with CUDA events around the call
 alone, as ``do_bench`` does (its own modes also spin the GPU for 100 us before the start
@@ -40,6 +42,13 @@ the call reads and stop at what L2 held dirty. The calls:
 - pointer chases through 4 MB, 512 MB and 2 GB: L2's and HBM's load latency on the H200
   itself, where the presets take Luo et al.'s H800 cycles (with the dirty mode, HBM's
   latency when every miss also writes a line back);
+- chains of dependent matmuls in one CTA (``probe_mma_chain``: each step's A operand the
+  step before's result, as FA2's P and dS are, waited for as the FA kernels wait for theirs,
+  ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after each group in our sm_90 SASS): the latency of a
+  wgmma group of ``m64nKk16`` at K = 16 to 128, two warpgroups sharing the tensor cores,
+  and an mma.sync chain; no source we have gives these, and the backward's dK/dV, which
+  waits for two such groups an iteration with one or two warpgroups per SM to hide them, is
+  the kernel the model times worst (BENCHMARKS.md, "What is left");
 - streaming reads of 16 MB to 1 GB (``torch.sum``);
 - four decode configs of the default matrix, three of them also kernel by kernel (the
   split kernel alone, and the reduce alone on the partials the split left): where
@@ -147,7 +156,7 @@ def _chase_kernel():
 
 CHASE_STRIDE = 64  # int64 entries from one node to the next: 512 B, four 128-B lines apart
 CHASE_STEPS = 4000
-DRY_CHASE_STEPS = 50  # in a CPU rehearsal, through the interpreter
+DRY_STEPS = 50  # a chase's or a matmul chain's steps in a CPU rehearsal, through the interpreter
 
 
 def chase_table(nodes: int, device):
@@ -172,8 +181,65 @@ def _build_chase(footprint_bytes: int):
         nodes = max(2, (4096 if dry_run else footprint_bytes) // (CHASE_STRIDE * 8))
         following = chase_table(nodes, device)
         at = torch.zeros(1, dtype=torch.int64, device=device)
-        kernel, steps = _chase_kernel(), DRY_CHASE_STEPS if dry_run else CHASE_STEPS
+        kernel, steps = _chase_kernel(), DRY_STEPS if dry_run else CHASE_STEPS
         return lambda: kernel[(1,)](following, at, steps, num_warps=1)
+    return build
+
+
+def _mma_chain_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe_mma_chain(A, B, OUT, steps, M: tl.constexpr, K: tl.constexpr,
+                        DOT_FP32: tl.constexpr):
+        """A chain of dependent matmuls, (M x K) @ (K x K): each step's A operand is the
+        step before's result, converted to bf16 in registers as FA2's P and dS are, so each
+        matmul waits for the one before to finish. One CTA: nothing else runs beside it.
+        (``DOT_FP32``: upcast the operands where bf16 dots are unavailable, the
+        interpreter.)"""
+        rows = tl.arange(0, M)[:, None]
+        cols = tl.arange(0, K)[None, :]
+        acc = tl.load(A + rows * K + cols).to(tl.float32)
+        b = tl.load(B + tl.arange(0, K)[:, None] * K + cols)
+        if DOT_FP32:
+            b = b.to(tl.float32)
+        for _ in range(steps):
+            a = acc.to(tl.bfloat16)
+            if DOT_FP32:
+                a = a.to(tl.float32)
+            acc = tl.dot(a, b)
+        tl.store(OUT + rows * K + cols, acc.to(tl.bfloat16))
+
+    return probe_mma_chain
+
+
+MMA_CHAIN_STEPS = 2000
+# (rows, K, warps): 64 rows per warpgroup of 4 warps compile to wgmma on sm_90 (m64nKk16, K/16
+# of them chained on the accumulator), the FA kernels' shapes at K = block_n or head_dim; 128
+# rows with 8 warps are two warpgroups sharing the SM's tensor cores; 16 rows with one warp
+# compile to mma.sync (HMMA.16816), as the small tilings do.
+MMA_CHAINS = ((64, 16, 4), (64, 32, 4), (64, 64, 4), (64, 128, 4), (128, 64, 8), (16, 64, 1))
+
+
+def _build_mma_chain(rows: int, k: int, warps: int):
+    """One CTA stepping through ``MMA_CHAIN_STEPS`` dependent matmuls: each step is one
+    matmul's latency, issue to result, and the conversion of its result (the launch
+    included but spread over the steps)."""
+    def build(device, dry_run):
+        import torch
+
+        from kernels.common import dot_fp32
+
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(rows, k, generator=gen).to(torch.bfloat16).to(device)
+        # Scaled so that a step keeps the values' size: a @ b has a's spread.
+        b = (torch.randn(k, k, generator=gen) / k ** 0.5).to(torch.bfloat16).to(device)
+        out = torch.empty(rows, k, dtype=torch.bfloat16, device=device)
+        kernel, steps = _mma_chain_kernel(), DRY_STEPS if dry_run else MMA_CHAIN_STEPS
+        fp32 = dot_fp32(torch.bfloat16)
+        return lambda: kernel[(1,)](a, b, out, steps, M=rows, K=k, DOT_FP32=fp32,
+                                    num_warps=warps)
     return build
 
 
@@ -234,6 +300,10 @@ def calls() -> list[Call]:
         out.append(Call(f"chase_{mb}mb", {"footprint_bytes": mb * 1024 * 1024,
                                           "steps": CHASE_STEPS},
                         _build_chase(mb * 1024 * 1024)))
+    for rows, k, warps in MMA_CHAINS:
+        out.append(Call(f"mma_chain_m{rows}_k{k}_w{warps}",
+                        {"rows": rows, "k": k, "num_warps": warps, "steps": MMA_CHAIN_STEPS},
+                        _build_mma_chain(rows, k, warps)))
     for mb in (16, 64, 256, 1024):
         out.append(Call(f"read_{mb}mb", {"read_bytes": mb * 1024 * 1024},
                         _build_read(mb * 1024 * 1024)))
@@ -356,7 +426,7 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
         detail = c.detail
         if dry_run:
             detail = dict(detail, note="dry run: tiny sizes, not these",
-                          **({"steps": DRY_CHASE_STEPS} if "steps" in detail else {}))
+                          **({"steps": DRY_STEPS} if "steps" in detail else {}))
         base = {"schema": SCHEMA, "call": c.name, "detail": detail, "dry_run": dry_run,
                 "environment": env}
         try:
@@ -483,8 +553,9 @@ def summary(rows: list[dict]) -> list[dict]:
     ``do_bench_vs_ncu_us`` (do_bench less the kernels' flushed ncu durations: the records'
     launch gap, for the calls ncu profiles).
     A call's ``launch_gap_us`` (``empty_x2 - empty``, warm) is reported once, on
-    ``empty_x2``; a pointer chase gets ``per_step_ns`` per mode (its time over its
-    steps: one load latency each, the launch included but spread over 4000 steps); a call
+    ``empty_x2``; a pointer chase or a matmul chain gets ``per_step_ns`` per mode (its
+    time over its steps: one load's or one matmul's latency each, the launch included but
+    spread over thousands of steps); a call
     timed also kernel by kernel (``X_split``, ``X_reduce``) gets
     ``between_us`` per mode: the whole call's time less its kernels' alone. Calls with an
     error carry it instead."""
@@ -542,7 +613,9 @@ def _format(entries: list[dict]) -> str:
             lines.append(f"{'':28s} whole - split - reduce: " + ", ".join(
                 f"{mode} {v:.1f}" for mode, v in e["between_us"].items()) + " us")
         if e.get("per_step_ns"):
-            lines.append(f"{'':28s} per load (a chase's step): " + ", ".join(
+            what = ("per matmul (a chain's step)" if e["call"].startswith("mma_chain")
+                    else "per load (a chase's step)")
+            lines.append(f"{'':28s} {what}: " + ", ".join(
                 f"{mode} {v:.0f} ns" for mode, v in e["per_step_ns"].items()))
         if "launch_gap_us" in e:
             lines.append(f"{'':28s} launch gap (empty_x2 - empty, warm): "
