@@ -197,7 +197,8 @@ def _mma_chain_kernel():
         step before's result, converted to bf16 in registers as FA2's P and dS are, so each
         matmul waits for the one before to finish. One CTA: nothing else runs beside it.
         (``DOT_FP32``: upcast the operands where bf16 dots are unavailable, the
-        interpreter.)"""
+        interpreter; ``kernels.common.mma_operand`` inline, since the interpreter looks up
+        a kernel's helpers in its module's globals, which this lazily built one lacks.)"""
         rows = tl.arange(0, M)[:, None]
         cols = tl.arange(0, K)[None, :]
         acc = tl.load(A + rows * K + cols).to(tl.float32)
