@@ -87,3 +87,31 @@ def test_without_triton_it_says_so_in_one_line(monkeypatch):
         compile_resources(problem, [Tiling(64, 64, 2, 4)], "fa2", load_hardware("h200-sxm"))
     assert "--compiled-resources" in str(info.value) and "triton is missing" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_report_says_whether_the_triton_here_is_the_devices(monkeypatch):
+    """The filled facts are the device's own when Triton here is the version the records
+    ran (it bundles its ptxas); otherwise the report says they are the compiler's in kind.
+    Records that carry their own loop facts do not count."""
+    import importlib.metadata
+
+    from validation import report as rp
+    from validation.fill_facts import compilers
+
+    rec = _record(SPILLING)
+    device = rec["environment"]["triton"]
+    own = copy.deepcopy(rec)
+    own["environment"]["triton"] = "0.0.1"
+    own["kernel_facts"][0].update(loop_instructions=600, spill_load_bytes_per_iteration=0,
+                                  spill_store_bytes_per_iteration=0, spill_reload_waits=0)
+    for here, same in ((device, True), ("99.0.0", False)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda name, v=here: v)
+        found = compilers([rec, own])
+        assert found == {"here": here, "device": [device], "same": same}
+        report = {"model": "simulator", "summary": {"targets": {}}, "unpredicted": [],
+                  "duplicates_dropped": 0, "loop_facts_filled": 1,
+                  "loop_facts_compilers": found}
+        line = next(x for x in rp.target_lines(report) if x.startswith("loop facts:"))
+        assert f"Triton {here} here" in line
+        assert ("the version the device ran" in line) is same
+        assert (f"the device ran {device}" in line) is not same

@@ -12,6 +12,7 @@ import pytest
 from synthetic_records import additive_model, record
 
 import simulator.cli as cli
+import validation.calibrate as calibrate_mod
 import validation.predict as predict_mod
 from simulator.hardware import load_hardware
 from traces.problem import AttentionProblem, ProblemError
@@ -234,6 +235,39 @@ def test_calibrated_preset_says_what_the_fit_left_out(tmp_path, monkeypatch):
     header = out.read_text().split("\nname =")[0]
     assert "training shapes up to N = 1024" in header
     assert "at most 10 training records" in header and "training shapes left out" in header
+
+
+def test_a_fit_on_filled_loop_facts_says_so_and_with_which_triton(tmp_path, monkeypatch):
+    """``--fill-loop-facts`` fits on the records as ``fill_loop_facts`` returns them (here a
+    stand-in that marks them) and the header names the records filled and both Tritons;
+    without the option the header says nothing of it."""
+    import validation.fill_facts as fill_facts
+
+    fitted_on: list = []
+
+    def marking(records, progress=None):
+        out = [dict(r, marked=True) for r in records]
+        return out, len(out)
+
+    monkeypatch.setattr(fill_facts, "fill_loop_facts", marking)
+    monkeypatch.setattr(fill_facts, "compilers",
+                        lambda records: {"here": "9.9.9", "device": ["3.6.0"], "same": False})
+    real_fit = calibrate_mod.fit
+
+    def recording_fit(records, *args, **kwargs):
+        fitted_on.extend(records)
+        return real_fit(records, *args, **kwargs)
+
+    monkeypatch.setattr(calibrate_mod, "fit", recording_fit)
+    code, path, out = run_calibrate_cli(tmp_path, monkeypatch, "filled.toml", "--max-evals",
+                                        "2", "--fill-loop-facts")
+    assert code == 0 and fitted_on and all(r.get("marked") for r in fitted_on)
+    header = out.read_text().split("\nname =")[0]
+    n = len(synthetic_records())
+    assert (f"# Loop facts: {n} records took their kernels' main-loop facts from a compile "
+            "with Triton 9.9.9 (the device ran 3.6.0)") in header
+    code, _, plain = run_calibrate_cli(tmp_path, monkeypatch, "plain.toml", "--max-evals", "2")
+    assert code == 0 and "Loop facts" not in plain.read_text()
 
 
 def test_records_the_model_refuses_are_left_out_before_the_fit(tmp_path, monkeypatch,

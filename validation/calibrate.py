@@ -386,6 +386,7 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
         f"of {len(report['train_shapes'])} training shapes; split by shape (seed "
         f"{report['seed']}, held-out fraction {report['holdout_fraction']}"
         f"{_filters(report)}).",
+        *_loop_facts_line(report.get("loop_facts_filled")),
         "# Train shapes:",
         *[f"#   {s}" for s in report["train_shapes"]],
         "# Held-out shapes (never fitted on):",
@@ -395,6 +396,17 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
         f"calibration {_fmt(held['before']['mape_pct'])}.",
     ]
     return "\n".join(header + lines) + "\n"
+
+
+def _loop_facts_line(filled: dict | None) -> list[str]:
+    """The header's line on loop facts filled from a compile here (``tilesim calibrate
+    --fill-loop-facts``), or none."""
+    if filled is None:
+        return []
+    device = ", ".join(filled["device"]) or "none"
+    return [f"# Loop facts: {filled['records']} records took their kernels' main-loop facts "
+            f"from a compile with Triton {filled['here']} (the device ran {device}); "
+            "reconcile with --fill-loop-facts to predict as the fit did."]
 
 
 def _filters(report: dict) -> str:

@@ -12,8 +12,12 @@ spills").
 ``tilesim kernels resources``) and copies the loop facts into the records that lack them,
 for each kernel whose compile here has exactly the registers the device's had: a kernel
 given other registers spills otherwise. The Triton here need not be the device's, so the
-facts are the compiler's in kind, not the device's to the byte; the reconcile report says
-how many records were filled, and records that carry their own are never touched.
+facts are the compiler's in kind, not the device's to the byte, unless the Triton here is
+the version the device ran (``compilers``: Triton bundles its own ``ptxas``, so the same
+version compiles the same SASS; ``pip install triton==<the records' version>`` in a
+separate environment gives it). The reconcile report says how many records were filled,
+with which Triton against the device's, and records that carry their own are never
+touched.
 """
 
 from __future__ import annotations
@@ -42,6 +46,21 @@ def _arch(rec: dict) -> int | None:
     capability = str((rec.get("environment") or {}).get("gpu_capability") or "")
     arch = int(capability.replace(".", "")) if capability.replace(".", "").isdigit() else None
     return arch if arch in MAX_SHARED_BYTES else None
+
+
+def compilers(records: list[dict]) -> dict:
+    """Which Triton fills the loop facts here and which the records' device compiled them
+    with: ``{"here": version, "device": [versions of the records that lack loop facts],
+    "same": whether those are all the version here}``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        here = version("triton")
+    except PackageNotFoundError:
+        here = None
+    device = sorted({str((rec.get("environment") or {}).get("triton"))
+                     for rec in records if _lacks_loop_facts(rec)})
+    return {"here": here, "device": device, "same": here is not None and device == [here]}
 
 
 def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:

@@ -169,7 +169,7 @@ def target_lines(report: dict) -> list[str]:
     if report.get("loop_facts_filled") is not None:
         lines.append(f"loop facts: {report['loop_facts_filled']} records took their kernels' "
                      "main-loop facts (spills per iteration, waits for them) from a compile "
-                     "here (--fill-loop-facts: Triton here, not the device's)")
+                     f"here (--fill-loop-facts: {_compilers(report.get('loop_facts_compilers'))})")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())
@@ -230,3 +230,15 @@ def plot(report: dict, path: str | Path) -> None:
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def _compilers(compilers: dict | None) -> str:
+    """Which Triton compiled the filled loop facts, against the records' device's."""
+    if not compilers:
+        return "Triton here, not necessarily the device's"
+    device = ", ".join(compilers["device"]) or "none"
+    if compilers["same"]:
+        return f"Triton {compilers['here']} here, the version the device ran: its facts"
+    return (f"Triton {compilers['here']} here, the device ran {device}: the compiler's facts "
+            "in kind, not the device's")
+

@@ -25,6 +25,11 @@ def add_parser(sub) -> None:
     p.add_argument("--train-max-seq", type=int, default=None,
                    help="fit only on training shapes up to this sequence length (simulation "
                         "time grows with it); held-out shapes keep every length")
+    p.add_argument("--fill-loop-facts", action="store_true",
+                   help="as tilesim reconcile's: records without the main-loop facts of "
+                        "their kernels take them from a compile here (the preset's header "
+                        "says so, and with which Triton); reconcile the fitted preset with "
+                        "the same option")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run)
 
@@ -56,12 +61,22 @@ def run(args) -> int:
     if not (base_path.suffix == ".toml" or base_path.exists()):
         base_path = PRESET_DIR / f"{args.hardware}.toml"
     records, _ = read_records_or_fail(args.records)
+    filled = None
+    if args.fill_loop_facts:
+        from simulator.cli.common import progress_lines
+        from validation.fill_facts import compilers, fill_loop_facts
+
+        compiled_by = compilers(records)
+        records, count = fill_loop_facts(records,
+                                         progress=progress_lines("calibrate", "problems compiled"))
+        filled = dict(compiled_by, records=count)
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs, max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,
                  warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"),
                  progress=lambda line: print(f"tilesim: calibrate: {line}", file=sys.stderr,
                                              flush=True))
+    report["loop_facts_filled"] = filled
     text = calibrated_toml(base_path.read_text(), report, out.stem, record_sources(args.records))
     write_atomically(out, lambda tmp: tmp.write_text(text))
     load_hardware(out)  # the written preset must load

@@ -57,10 +57,11 @@ def run(args) -> int:
     check_output_paths(args.save)
     records, errors = read_records_or_fail(args.records)
     records, selection = select_records(records, pattern, args.max_seq)
-    filled = None
+    filled = compiled_by = None
     if args.fill_loop_facts:
-        from validation.fill_facts import fill_loop_facts
+        from validation.fill_facts import compilers, fill_loop_facts
 
+        compiled_by = compilers(records)
         records, filled = fill_loop_facts(records,
                                           progress=progress_lines("reconcile", "problems compiled"))
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs,
@@ -69,6 +70,7 @@ def run(args) -> int:
         raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
     report["loop_facts_filled"] = filled
+    report["loop_facts_compilers"] = compiled_by
     report["selection"] = selection
     if args.plot:
         rp.plot(report, args.plot)
