@@ -115,3 +115,8 @@ def test_the_report_says_whether_the_triton_here_is_the_devices(monkeypatch):
         assert f"Triton {here} here" in line
         assert ("the version the device ran" in line) is same
         assert (f"the device ran {device}" in line) is not same
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: device)
+    unsaid = copy.deepcopy(rec)  # a record that does not say is not the version here
+    del unsaid["environment"]["triton"]
+    assert compilers([rec, unsaid])["device"] == sorted([device, "unknown"])
+    assert not compilers([rec, unsaid])["same"]

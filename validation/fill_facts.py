@@ -50,15 +50,16 @@ def _arch(rec: dict) -> int | None:
 
 def compilers(records: list[dict]) -> dict:
     """Which Triton fills the loop facts here and which the records' device compiled them
-    with: ``{"here": version, "device": [versions of the records that lack loop facts],
-    "same": whether those are all the version here}``."""
+    with: ``{"here": version, "device": [versions of the records that lack loop facts,
+    "unknown" where a record does not say], "same": whether those are all the version
+    here}``."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         here = version("triton")
     except PackageNotFoundError:
         here = None
-    device = sorted({str((rec.get("environment") or {}).get("triton"))
+    device = sorted({(rec.get("environment") or {}).get("triton") or "unknown"
                      for rec in records if _lacks_loop_facts(rec)})
     return {"here": here, "device": device, "same": here is not None and device == [here]}
 

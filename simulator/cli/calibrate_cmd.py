@@ -39,6 +39,7 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         print_json,
+        progress_lines,
         read_records_or_fail,
         write_atomically,
     )
@@ -63,7 +64,6 @@ def run(args) -> int:
     records, _ = read_records_or_fail(args.records)
     filled = None
     if args.fill_loop_facts:
-        from simulator.cli.common import progress_lines
         from validation.fill_facts import compilers, fill_loop_facts
 
         compiled_by = compilers(records)
