@@ -64,6 +64,15 @@ def compilers(records: list[dict]) -> dict:
     return {"here": here, "device": device, "same": here is not None and device == [here]}
 
 
+def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dict]:
+    """``fill_loop_facts``, with what the commands say of it: ``(records, filled)`` where
+    ``filled`` is ``compilers(records)`` (of the records as read) plus ``"records"``, how
+    many gained facts."""
+    compiled_by = compilers(records)
+    out, count = fill_loop_facts(records, progress=progress)
+    return out, dict(compiled_by, records=count)
+
+
 def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:
     """``(records, filled)``: the records with the loop facts of a compile here for their
     GPU's architecture added to the kernel facts of the Triton records that have none

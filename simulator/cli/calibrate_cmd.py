@@ -64,12 +64,10 @@ def run(args) -> int:
     records, _ = read_records_or_fail(args.records)
     filled = None
     if args.fill_loop_facts:
-        from validation.fill_facts import compilers, fill_loop_facts
+        from validation.fill_facts import fill_saying_how
 
-        compiled_by = compilers(records)
-        records, count = fill_loop_facts(records,
-                                         progress=progress_lines("calibrate", "problems compiled"))
-        filled = dict(compiled_by, records=count)
+        records, filled = fill_saying_how(records,
+                                          progress_lines("calibrate", "problems compiled"))
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs, max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,

@@ -57,20 +57,19 @@ def run(args) -> int:
     check_output_paths(args.save)
     records, errors = read_records_or_fail(args.records)
     records, selection = select_records(records, pattern, args.max_seq)
-    filled = compiled_by = None
+    filled = None
     if args.fill_loop_facts:
-        from validation.fill_facts import compilers, fill_loop_facts
+        from validation.fill_facts import fill_saying_how
 
-        compiled_by = compilers(records)
-        records, filled = fill_loop_facts(records,
-                                          progress=progress_lines("reconcile", "problems compiled"))
+        records, filled = fill_saying_how(records,
+                                          progress_lines("reconcile", "problems compiled"))
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs,
                        progress=progress_lines("reconcile", "records predicted"))
     if not report["rows"]:  # before --save: a report of nothing replaces no file
         raise ProblemError(nothing_compared(report))
     report["skipped_lines"] = [str(e) for e in errors]
-    report["loop_facts_filled"] = filled
-    report["loop_facts_compilers"] = compiled_by
+    report["loop_facts_filled"] = None if filled is None else filled["records"]
+    report["loop_facts_compilers"] = filled
     report["selection"] = selection
     if args.plot:
         rp.plot(report, args.plot)
