@@ -81,6 +81,15 @@ def test_statistics_by_hand():
     assert s["regret_max_pct"] == pytest.approx(100.0)
     assert s["targets"]["time_mape_pct"]["met"] is False
     assert s["targets"]["regret_max_pct"]["met"] is False
+    rho = 1.5 / math.sqrt(3)  # 0.866: below the 0.9 target
+    assert s["ranking"] == {
+        "n_shapes": 2, "spearman_n": 2, "spearman_mean": pytest.approx((1 + rho) / 2),
+        "spearman_median": pytest.approx((1 + rho) / 2), "spearman_min": pytest.approx(rho),
+        "spearman_at_target": 1, "regret_n": 2, "regret_mean_pct": pytest.approx(50.0),
+        "regret_max_pct": pytest.approx(100.0), "regret_at_target": 1}
+    line = next(x for x in target_lines(report) if x.startswith("tiling ranks"))
+    assert line == ("tiling ranks per shape: Spearman >= 0.9 on 1 of 2 shapes (median 0.93), "
+                    "regret <= 5% on 1 of 2 (mean 50.0%, max 100.0%)")
     assert report["synthetic"] is True and report["hardware"] == ["h200-sxm"]
 
 
@@ -140,9 +149,19 @@ def test_records_timed_inconsistently_are_listed_beside_the_headline():
     assert rest["mape_pct"] == pytest.approx((100 / 11 + 100 / 9 + 0 + 50 + 0) / 5)
     assert rest["max_pct"] == pytest.approx(50.0)
     assert report["summary"]["overall"]["time"]["n"] == 6  # the headline keeps it
+    # Without it, N=512 keeps block_m 32 and 64, both predicted 1 ms: no rank order to
+    # correlate (Spearman undefined), and the pick (the first of the tie, block_m 32)
+    # measured 2 ms against 1: regret 100%. N=256 is untouched: rho 1, regret 0.
+    ranked = spread["ranking_without_unstable"]
+    assert ranked["n_shapes"] == 2 and ranked["spearman_n"] == 1
+    assert ranked["spearman_min"] == pytest.approx(1.0) and ranked["spearman_at_target"] == 1
+    assert ranked["regret_n"] == 2 and ranked["regret_at_target"] == 1
+    assert ranked["regret_max_pct"] == pytest.approx(100.0)
     line = next(x for x in target_lines(report) if x.startswith("timing spread"))
     assert f"1 above 10% (timed inconsistently, up to 50.0%: {wide['record_id']})" in line
-    assert "without them time MAPE 14.0%, max 50.0%" in line
+    assert line.endswith("without them time MAPE 14.0%, max 50.0%; Spearman >= 0.9 on 1 of 1 "
+                         "shapes (median 1.00), regret <= 5% on 1 of 2 (mean 50.0%, max "
+                         "100.0%)")
     steady = reconcile(synthetic_records(), predictor=stub, model="stub")
     line = next(x for x in target_lines(steady) if x.startswith("timing spread"))
     assert line.endswith("median 2.00% over 6 records; none above 10%")

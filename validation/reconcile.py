@@ -29,7 +29,8 @@ measurement can replace.
 
 Each record's timing spread (do_bench's p80 - p20 over the median) says how well the
 measurement itself pins the time; a record above ``UNSTABLE_SPREAD_PCT`` is listed as
-unstable, with the time error without such records beside the headline (which keeps them).
+unstable, with the time error and the ranking of tilings without such records beside the
+headline (which keeps them): a tiling timed inconsistently can decide a shape's regret.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def _measured(rec: dict) -> dict:
 
 def timing_spread(rows: list[dict]) -> dict:
     """The records' timing spread (``spread_pct``): its median, the records above
-    ``UNSTABLE_SPREAD_PCT`` (worst first), and the time error without them (the headline
-    statistics keep every record)."""
+    ``UNSTABLE_SPREAD_PCT`` (worst first), and the time error and the ranking of tilings
+    without them (the headline statistics keep every record)."""
     spreads = [r["spread_pct"] for r in rows if r["spread_pct"] is not None]
     unstable = sorted((r for r in rows if (r["spread_pct"] or 0.0) > UNSTABLE_SPREAD_PCT),
                       key=lambda r: -r["spread_pct"])
@@ -97,7 +98,55 @@ def timing_spread(rows: list[dict]) -> dict:
             "median_pct": statistics.median(spreads) if spreads else None,
             "unstable": [{"record_id": r["record_id"], "spread_pct": r["spread_pct"],
                           "time_error_pct": r["error_pct"]["time"]} for r in unstable],
-            "time_without_unstable": _summary(stable, ("time",))["time"]}
+            "time_without_unstable": _summary(stable, ("time",))["time"],
+            "ranking_without_unstable": ranking(rank_shapes(stable))}
+
+
+def rank_shapes(rows: list[dict]) -> list[dict]:
+    """Per shape (same problem and GPU, several tilings): Spearman rank correlation of the
+    predicted and measured times, the regret of the predicted-best tiling, and its ties
+    (``stats.predicted_ties``); None where fewer than two tilings were predicted."""
+    by_shape = defaultdict(list)
+    for r in rows:
+        by_shape[(r["hardware"], r["shape"])].append(r)
+    shapes = []
+    for (hw_name, shape), rs in by_shape.items():
+        timed = [r for r in rs if r["predicted"]["time"] is not None]
+        entry = {"shape": shape, "hardware": hw_name, "n_tilings": len(rs),
+                 "spearman": None, "regret_pct": None, "best_measured": None,
+                 "best_predicted": None, "ties": []}
+        best = min(rs, key=lambda r: r["measured"]["time"])
+        entry["best_measured"] = best["tiling"]
+        if len(timed) >= 2:
+            p = [r["predicted"]["time"] for r in timed]
+            m = [r["measured"]["time"] for r in timed]
+            rho = stats.spearman(p, m)
+            entry["spearman"] = None if math.isnan(rho) else rho
+            entry["regret_pct"] = stats.regret(p, m)
+            entry["best_predicted"] = timed[min(range(len(p)), key=lambda i: p[i])]["tiling"]
+            entry["ties"] = [{"tiling": timed[i]["tiling"], "predicted_pct": dp,
+                              "measured_pct": dm}
+                             for i, dp, dm in stats.predicted_ties(p, m, TIE_GAP)]
+        shapes.append(entry)
+    return shapes
+
+
+def ranking(shapes: list[dict]) -> dict:
+    """How well the model ranks tilings over ``rank_shapes``' shapes: Spearman's mean,
+    median and least, and on how many shapes it reaches its target; the regret's mean and
+    most, and on how many shapes it stays within its target."""
+    rhos = [s["spearman"] for s in shapes if s["spearman"] is not None]
+    regrets = [s["regret_pct"] for s in shapes if s["regret_pct"] is not None]
+    return {"n_shapes": len(shapes),
+            "spearman_n": len(rhos),
+            "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
+            "spearman_median": statistics.median(rhos) if rhos else None,
+            "spearman_min": min(rhos) if rhos else None,
+            "spearman_at_target": sum(r >= TARGETS["spearman_min"] for r in rhos),
+            "regret_n": len(regrets),
+            "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
+            "regret_max_pct": max(regrets) if regrets else None,
+            "regret_at_target": sum(r <= TARGETS["regret_max_pct"] for r in regrets)}
 
 
 def _occupancy_from(pred: dict) -> str:
@@ -297,31 +346,9 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         groups[r["group"]].append(r)
         for k in r["kernels"]:
             kernels[k["name"]].append(k)
-    shapes = []
-    by_shape = defaultdict(list)
-    for r in rows:
-        by_shape[(r["hardware"], r["shape"])].append(r)
-    for (hw_name, shape), rs in by_shape.items():
-        timed = [r for r in rs if r["predicted"]["time"] is not None]
-        entry = {"shape": shape, "hardware": hw_name, "n_tilings": len(rs),
-                 "spearman": None, "regret_pct": None, "best_measured": None,
-                 "best_predicted": None, "ties": []}
-        best = min(rs, key=lambda r: r["measured"]["time"])
-        entry["best_measured"] = best["tiling"]
-        if len(timed) >= 2:
-            p = [r["predicted"]["time"] for r in timed]
-            m = [r["measured"]["time"] for r in timed]
-            rho = stats.spearman(p, m)
-            entry["spearman"] = None if math.isnan(rho) else rho
-            entry["regret_pct"] = stats.regret(p, m)
-            entry["best_predicted"] = timed[min(range(len(p)), key=lambda i: p[i])]["tiling"]
-            entry["ties"] = [{"tiling": timed[i]["tiling"], "predicted_pct": dp,
-                              "measured_pct": dm}
-                             for i, dp, dm in stats.predicted_ties(p, m, TIE_GAP)]
-        shapes.append(entry)
-    rhos = [s["spearman"] for s in shapes if s["spearman"] is not None]
+    shapes = rank_shapes(rows)
     gaps = [r["launch_gap_s"] for r in rows if r["launch_gap_s"] is not None]
-    regrets = [s["regret_pct"] for s in shapes if s["regret_pct"] is not None]
+    rank = ranking(shapes)
     ties = [t["measured_pct"] for s in shapes for t in s["ties"]]
     overall = _summary(rows)
     report = {
@@ -339,10 +366,9 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                 "median": statistics.median(gaps) if gaps else None, "n": len(gaps),
                 "per_group": _median_gap_per_group(rows),
                 "preset": {n: hw_cache[n].kernel_launch_overhead_s for n in sorted(hw_cache)}},
-            "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
-            "spearman_min": min(rhos) if rhos else None,
-            "regret_mean_pct": sum(regrets) / len(regrets) if regrets else None,
-            "regret_max_pct": max(regrets) if regrets else None,
+            **{key: rank[key] for key in ("spearman_mean", "spearman_min",
+                                          "regret_mean_pct", "regret_max_pct")},
+            "ranking": rank,
             "by_operand_demand": by_operand_demand(rows),
             "timing_spread": timing_spread(rows),
             "occupancy_from": {source: sum(r["occupancy_from"] == source for r in rows)

@@ -122,6 +122,19 @@ def selection_line(report: dict) -> str | None:
             "the numbers below are this subset's, not the whole run's")
 
 
+def _ranking_text(rank: dict) -> str:
+    """``reconcile.ranking`` in words: on how many shapes Spearman and the regret meet their
+    targets, with the median rho and the mean and largest regret."""
+    parts = []
+    if rank["spearman_n"]:
+        parts.append(f"Spearman >= {TARGETS['spearman_min']:g} on {rank['spearman_at_target']} "
+                     f"of {rank['spearman_n']} shapes (median {rank['spearman_median']:.2f})")
+    if rank["regret_n"]:
+        parts.append(f"regret <= {TARGETS['regret_max_pct']:g}% on {rank['regret_at_target']} "
+                     f"of {rank['regret_n']} (mean {_abs_pct(rank['regret_mean_pct'])}, max "
+                     f"{_abs_pct(rank['regret_max_pct'])})")
+    return ", ".join(parts)
+
 def target_lines(report: dict) -> list[str]:
     selected = selection_line(report)
     lines = [selected] if selected else []
@@ -130,6 +143,8 @@ def target_lines(report: dict) -> list[str]:
         verdict = {None: "no data", True: "met", False: "NOT met"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.3g}"
         lines.append(f"target {key}: {value} (target {t['target']:g}) {verdict}")
+    if summ.get("ranking", {}).get("spearman_n") or summ.get("ranking", {}).get("regret_n"):
+        lines.append("tiling ranks per shape: " + _ranking_text(summ["ranking"]))
     if report["model"] == "counts":
         lines.append("note: the timing simulator is not available; predicted time and DRAM "
                      "bytes are n/a, global (L2) bytes come from exact counts")
@@ -157,6 +172,9 @@ def target_lines(report: dict) -> list[str]:
                      f"inconsistently, up to {unstable[0]['spread_pct']:.1f}%: "
                      f"{unstable[0]['record_id']}); without them time MAPE "
                      f"{_abs_pct(rest['mape_pct'])}, max {_abs_pct(rest['max_pct'])}")
+            ranked = spread.get("ranking_without_unstable")
+            if ranked and (ranked["spearman_n"] or ranked["regret_n"]):
+                line += "; " + _ranking_text(ranked)
         else:
             line += f"none above {spread['threshold_pct']:g}%"
         lines.append(line)
