@@ -298,10 +298,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, til
     return o, lse
 
 
-def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             o: torch.Tensor, lse: torch.Tensor, causal: bool, tiling: Tiling,
-             sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run the three backward kernels. All tensors contiguous. Returns (dq, dk, dv)."""
+def backward_launches(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      o: torch.Tensor, lse: torch.Tensor, causal: bool, tiling: Tiling,
+                      sm_scale: float):
+    """``(preprocess, dkdv, dq, outputs)``: the three kernel launches of one backward, as
+    functions of no arguments over buffers allocated here, and ``outputs`` ({dq, dk, dv})
+    that running them in that order fills (``validation/overheads.py`` times one alone)."""
     b, h, n_q, d = q.shape
     h_kv, n_kv = k.shape[1], k.shape[2]
     g = h // h_kv
@@ -311,12 +313,31 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     delta = alloc((b, h, n_q), torch.float32, q.device)  # delta: [B, H, Nq]
     bm, bn, mma32 = tiling.block_m, tiling.block_n, dot_fp32(q.dtype)
     opts = _launch_opts(tiling)
-    fa2_bwd_preprocess[(cdiv(n_q, bm), b * h)](o, do, delta, n_q, BLOCK_M=bm, HEAD_DIM=d,
-                                               **opts)
-    fa2_bwd_dkdv[(cdiv(n_kv, bn), b * h_kv)](
-        q, k, v, do, lse, delta, dk, dv, sm_scale, n_q, n_kv, h, g, CAUSAL=causal,
-        BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, DOT_FP32=mma32, **opts)
-    fa2_bwd_dq[(cdiv(n_q, bm), b * h)](
-        q, k, v, do, lse, delta, dq, sm_scale, n_q, n_kv, h, g, CAUSAL=causal,
-        BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, DOT_FP32=mma32, **opts)
-    return dq, dk, dv
+
+    def preprocess():
+        fa2_bwd_preprocess[(cdiv(n_q, bm), b * h)](o, do, delta, n_q, BLOCK_M=bm, HEAD_DIM=d,
+                                                   **opts)
+
+    def dkdv():
+        fa2_bwd_dkdv[(cdiv(n_kv, bn), b * h_kv)](
+            q, k, v, do, lse, delta, dk, dv, sm_scale, n_q, n_kv, h, g, CAUSAL=causal,
+            BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, DOT_FP32=mma32, **opts)
+
+    def dq_kernel():
+        fa2_bwd_dq[(cdiv(n_q, bm), b * h)](
+            q, k, v, do, lse, delta, dq, sm_scale, n_q, n_kv, h, g, CAUSAL=causal,
+            BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, DOT_FP32=mma32, **opts)
+
+    return preprocess, dkdv, dq_kernel, {"dq": dq, "dk": dk, "dv": dv}
+
+
+def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             o: torch.Tensor, lse: torch.Tensor, causal: bool, tiling: Tiling,
+             sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the three backward kernels. All tensors contiguous. Returns (dq, dk, dv)."""
+    preprocess, dkdv, dq, out = backward_launches(do, q, k, v, o, lse, causal, tiling,
+                                                  sm_scale)
+    preprocess()
+    dkdv()
+    dq()
+    return out["dq"], out["dk"], out["dv"]

@@ -55,7 +55,11 @@ the call reads and stop at what L2 held dirty. The calls:
   decode's fixed cost sits, in the split kernel, in the reduce, or between them (whole
   call - split - reduce); the reduce at split 32 against split 4 and 2 checks that it
   waits for 8 round trips, not 32 (``ptxas`` unrolls its loop four times);
-- one FA2 forward that is compute-bound (the control: ``dirty - clean`` near 0).
+- one FA2 forward that is compute-bound (the control: ``dirty - clean`` near 0);
+- the CTAs-per-SM sweep (``validation.ctas_per_sm``, calls ``sms_*``, timed warm only):
+  the kernels the model times worst, each alone with exactly 1, 2 (and 4) CTAs on every
+  SM, which parts a CTA's loop iteration into its critical path and what its neighbours
+  add.
 
     python -m validation.overheads run --out overheads.jsonl        # on the GPU, ~30 s
     python -m validation.overheads run --out /tmp/o.jsonl --dry-run  # CPU, interpreter
@@ -75,6 +79,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from validation import ctas_per_sm
 from validation.records import append_json_lines
 
 SCHEMA = "tilesim.overheads/1"
@@ -108,6 +113,7 @@ class Call:
     name: str
     detail: dict
     build: Callable  # (device, dry_run) -> the call, a function of no arguments
+    warm_only: bool = False  # timed only warm (no flush, no do_bench): the sweep's calls
 
 
 def _empty_kernel():
@@ -330,6 +336,8 @@ def calls() -> list[Call]:
                     _build_kernel("fa2", fa2, tiling,
                                   {"batch": 1, "heads": 2, "kv_heads": 2, "seq_q": 64,
                                    "seq_kv": 64, "head_dim": 64})))
+    out += [Call(name, {"sweep": detail}, ctas_per_sm.build(detail), warm_only=True)
+            for name, detail in ctas_per_sm.specs()]
     return out
 
 
@@ -375,8 +383,10 @@ class _Timer:
         return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
 
 
-def measure(call: Callable, device, dry_run: bool) -> dict[str, dict]:
-    """The call's timing under each mode (``MODES``; no ``do_bench`` in a dry run)."""
+def measure(call: Callable, device, dry_run: bool,
+            warm_only: bool = False) -> dict[str, dict]:
+    """The call's timing under each mode (``MODES``; no ``do_bench`` in a dry run), or
+    ``warm_only``."""
     import torch
 
     flush_bytes = 4096 if dry_run else FLUSH_BYTES
@@ -400,8 +410,10 @@ def measure(call: Callable, device, dry_run: bool) -> dict[str, dict]:
         torch.sum(other)
 
     flushes = {"dirty": cache.zero_, "clean": clean, "warm": lambda: None}
+    if warm_only:
+        flushes = {"warm": flushes["warm"]}
     out = {mode: _quantiles(timer.run(call, before, reps)) for mode, before in flushes.items()}
-    if not dry_run:
+    if not dry_run and not warm_only:
         from validation.runner import bench
 
         out["do_bench"] = dict(bench(call, WARMUP_MS, REP_MS), n=None)
@@ -431,7 +443,7 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
         base = {"schema": SCHEMA, "call": c.name, "detail": detail, "dry_run": dry_run,
                 "environment": env}
         try:
-            results = measure(c.build(device, dry_run), device, dry_run)
+            results = measure(c.build(device, dry_run), device, dry_run, c.warm_only)
             rows = [dict(base, mode=mode, **t) for mode, t in results.items()]
             log(f"{c.name}: " + ", ".join(f"{m} {t['median_s'] * 1e6:.1f} us"
                                           for m, t in results.items()))
@@ -558,10 +570,13 @@ def summary(rows: list[dict]) -> list[dict]:
     time over its steps: one load's or one matmul's latency each, the launch included but
     spread over thousands of steps); a call
     timed also kernel by kernel (``X_split``, ``X_reduce``) gets
-    ``between_us`` per mode: the whole call's time less its kernels' alone. Calls with an
+    ``between_us`` per mode: the whole call's time less its kernels' alone; a call of the
+    CTAs-per-SM sweep gets ``per_iteration`` (``ctas_per_sm.per_iteration``). Calls with an
     error carry it instead."""
     by_call: dict[str, dict] = {}
     steps = {row["call"]: (row.get("detail") or {}).get("steps") for row in rows}
+    swept = {row["call"]: row["detail"]["sweep"] for row in rows
+             if "sweep" in (row.get("detail") or {})}
     for row in rows:
         entry = by_call.setdefault(row["call"], {"call": row["call"], "median_us": {}})
         if row.get("error"):
@@ -581,6 +596,8 @@ def summary(rows: list[dict]) -> list[dict]:
         if steps.get(entry["call"]):
             entry["per_step_ns"] = {mode: v * 1e3 / steps[entry["call"]]
                                     for mode, v in m.items()}
+        if entry["call"] in swept:
+            entry["per_iteration"] = ctas_per_sm.per_iteration(m, swept[entry["call"]])
     for name, entry in by_call.items():
         parts = [by_call.get(f"{name}_{part}", {}).get("median_us", {})
                  for part in ("split", "reduce")]
@@ -618,10 +635,53 @@ def _format(entries: list[dict]) -> str:
                     else "per load (a chase's step)")
             lines.append(f"{'':28s} {what}: " + ", ".join(
                 f"{mode} {v:.0f} ns" for mode, v in e["per_step_ns"].items()))
+        if e.get("per_iteration"):
+            it = e["per_iteration"]
+            lines.append(f"{'':28s} a CTA's iteration {it['per_cta_ns']:.0f} ns, the SM's "
+                         f"{it['per_sm_ns']:.0f} ns (warm)")
         if "launch_gap_us" in e:
             lines.append(f"{'':28s} launch gap (empty_x2 - empty, warm): "
                          f"{e['launch_gap_us']:.2f} us")
     return "\n".join(lines)
+
+
+def _compare(args) -> int:
+    """``compare``: print ``ctas_per_sm.compare`` of the probe file's swept calls measured
+    on a GPU, or without a file the model's predictions of every swept call."""
+    from simulator.hardware import load_hardware
+    from validation.records import read_records
+
+    records, bad = read_records(args.records)
+    if bad:
+        print(f"python -m validation.overheads: {len(bad)} malformed record line(s) in "
+              f"{args.records} skipped (first: {bad[0]})", file=sys.stderr)
+    hw = load_hardware(args.hardware)
+    if args.path is None:
+        table = ctas_per_sm.compare({}, records, hw)
+    else:
+        rows = [r for r in load(args.path) if r.get("dry_run") is False]
+        details = {r["call"]: r["detail"]["sweep"] for r in rows
+                   if "sweep" in (r.get("detail") or {})}
+        measured = {e["call"]: e["per_iteration"]["per_cta_ns"] for e in summary(rows)
+                    if (e.get("per_iteration") or {}).get("per_cta_ns") is not None}
+        table = ctas_per_sm.compare(measured, records, hw,
+                                    {n: d for n, d in details.items() if n in measured})
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    if not table:
+        print("no swept calls measured on a GPU in this file")
+        return 0
+
+    def ns(v):
+        return f"{'-':>10s}" if v is None else f"{v:10.0f}"
+    print(f"{'call':44s} {'c':>2s} {'measured':>10s} {'predicted':>10s} {'error':>7s}"
+          f"   (ns per CTA iteration, warm; {hw.name})")
+    for t in table:
+        error = "-" if t["error_pct"] is None else f"{t['error_pct']:+6.1f}%"
+        print(f"{t['call']:44s} {t['ctas_per_sm']:2d} {ns(t['measured_per_cta_ns'])} "
+              f"{ns(t['predicted_per_cta_ns'])} {error:>7s}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -642,6 +702,14 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("summary", help="the table of a probe file")
     s.add_argument("path")
     s.add_argument("--json", action="store_true")
+    c = sub.add_parser("compare", help="the CTAs-per-SM sweep measured against the model "
+                       "(anywhere; seconds per call)")
+    c.add_argument("path", nargs="?",
+                   help="probe file (without one: the model's predictions of every call)")
+    c.add_argument("--records", required=True,
+                   help="records whose kernel_facts give the swept kernels' compile")
+    c.add_argument("--hardware", default="h200-sxm", help="preset (default h200-sxm)")
+    c.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if getattr(args, "dry_run", False):
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -654,10 +722,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "profile-target":
             profile_target(args.dry_run)
             return 0
+        if args.command == "compare":
+            return _compare(args)
         entries = summary(load(args.path))
         print(json.dumps(entries, indent=1) if args.json else _format(entries))
         return 0
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
         print(f"python -m validation.overheads: error: {exc}", file=sys.stderr)
         return 2
 

@@ -24,8 +24,9 @@
 # "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
 # logs what it can and runs `validate --dry-run`; no GPU needed), EXTRA (what runs after the
 # matrix if EXTRA_MIN_S seconds remain: "overheads", the default, the probe of what a timed
-# call costs beyond its kernels, validation/overheads.py, about two minutes with its ncu
-# part; "bench", the kernels' speed beside PyTorch, benchmarks/kernels_gpu.py; "none").
+# call costs beyond its kernels and of the kernels the model times worst with 1, 2 and 4
+# CTAs per SM (validation/overheads.py, validation/ctas_per_sm.py), about two and a half
+# minutes with its ncu part; "bench", the kernels' speed beside PyTorch, benchmarks/kernels_gpu.py; "none").
 #
 # Files written to $OUT (the tool returns at most 8): env.txt, validate.log, records.jsonl,
 # summary.json, ncu.csv, ncu.log, and two of the extra's: overheads.jsonl + overheads.log,
