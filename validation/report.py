@@ -135,6 +135,7 @@ def _ranking_text(rank: dict) -> str:
                      f"{_abs_pct(rank['regret_max_pct'])})")
     return ", ".join(parts)
 
+
 def target_lines(report: dict) -> list[str]:
     selected = selection_line(report)
     lines = [selected] if selected else []
