@@ -5,12 +5,13 @@ it takes from its SM's units (tensor cores, exp unit, ALUs, shared memory), and 
 how long it takes its CTA alone (that, plus the load latency the loop's pipeline leaves
 exposed, ``simulator.sim.costs``); ``R`` resident CTAs overlap their paths until the
 units are busy. On the H200 records the kernels the model times worst fit neither: FA2
-backward's dK/dV at 16 x 64 with wgmma took 1400-1500 cycles per CTA and iteration at
-2 and at 4 CTAs per SM, at d = 64 and at d = 128, where the model has 254 and 413 cycles
-of path plus one load latency (Nsight Compute's stall reasons,
+backward's dK/dV at 16 x 64 with wgmma took 1350-1610 cycles per CTA and iteration with
+4 CTAs per SM at d = 64 and 1450-1860 with 2 at d = 128, where the model has 254 and 413
+cycles of path plus one load latency (Nsight Compute's stall reasons,
 ``validation/records/raw/h200-stalls-2026-11-30``: the warps wait on loads, on barriers
-and on the matmuls); naive attention's softmax at N = 16k with the causal mask took
-twice its time without it at the same occupancy, where the model sees the same bytes.
+and on the matmuls); naive attention's softmax at N = 16k with the causal mask took 2.1
+times its time without it with 4 warps (203 registers against 158: 2 CTAs per SM against
+3) and 1.47 times with 8 warps at the same occupancy, where the model sees the same bytes.
 
 This sweep measures the two quantities apart: each kernel alone, on a problem sized so
 that its grid is exactly ``c x 132`` CTAs (one wave of ``c`` CTAs on every SM of an H200
@@ -20,8 +21,9 @@ one CTA's iteration beside ``c - 1`` others: at ``c = 1`` its critical path alon
 ``c`` (the SM's units are the limit). naive_softmax has no loop: its one wave of one-row
 CTAs takes a CTA's life, plus what any kernel costs (the probe's ``empty`` call). A second
 wave would not keep ``c`` CTAs on an SM (the GPU fills it to what fits), so there is none.
-Every call is timed warm (no flush: the loops' inputs fit in L2, as the records'
-re-read tiles do; the softmax's rows are read once, as in the records).
+Every call is timed warm (no flush): the loops' inputs stay in L2, as the records'
+re-read tiles mostly do; so do the softmax's rows (4.3 and 8.7 MB), which in the records
+came from HBM, so its CTA life here is its compute and L2's, the part the mask changes.
 
 The configs are tilings of the default matrix's records; ``detail["sweep"]`` carries the
 problem, tiling and kernel, so that the simulator can predict the same launch.
