@@ -18,14 +18,14 @@ from traces.schedules import build_schedule
 from traces.tiling import Tiling
 from validation import ctas_per_sm, overheads
 from validation.predict import compiled_resources, predict
+from validation.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "validation/records/h200-default-2026-11-30.jsonl"
 
 
 def _records() -> list[dict]:
-    return [json.loads(line) for line in RECORDS.open()
-            if json.loads(line)["implementation"] == "triton"]
+    return read_records(RECORDS)[0]
 
 
 def _launch(detail: dict):
@@ -54,17 +54,10 @@ def test_the_swept_ctas_fit_on_an_sm_as_the_records_compiled_them():
     records = _records()
     for cfg in ctas_per_sm.SWEEP:
         detail = ctas_per_sm.sweep_detail(cfg, max(cfg.ctas_per_sm))
-        tiling = detail["tiling"]
-        same = [r for r in records
-                if cfg.kernel in r["kernels"] and r["tiling"] == tiling
-                and r["problem"]["head_dim"] == cfg.head_dim
-                and r["problem"]["causal"] == cfg.causal
-                and (cfg.kernel != "naive_softmax"
-                     or r["problem"]["seq_kv"] == ctas_per_sm.SOFTMAX_ROW)]
-        assert same, cfg
+        same = ctas_per_sm.matching_record(detail, records)
+        assert same is not None, cfg
         schedule, kernel = _launch(detail)
-        program = kernel_program(kernel, schedule, hw,
-                                 compiled=compiled_resources(same[0], hw))
+        program = kernel_program(kernel, schedule, hw, compiled=compiled_resources(same, hw))
         assert program.residency.ctas_per_sm >= max(cfg.ctas_per_sm), cfg
 
 
