@@ -118,12 +118,13 @@ def test_totals_are_the_closed_form_counts(name, problem, tiling):
         costs = matmul_costs(list(kernel.dots), tiling.num_warps, problem.elem_bytes, wgmma)
         # mma.sync matmuls read their operands from shared memory, wgmma ones do not, and
         # the shuffles of their row reductions take a clock of it each (128 bytes' worth);
-        # an mma.sync kernel also stages its tiles there: every tile loaded (not a vector),
-        # and twice every tile stored, whole tiles as issued (the counts: valid bytes)
-        per_flop = costs.smem_bytes_per_flop + costs.shuffles_per_flop * 128
-        reads = 0.0 if wgmma else work[0] * per_flop
+        # any kernel with matmuls also stages its tiles there: every tile loaded (not a
+        # vector), and twice every tile stored, whole tiles as issued (the counts: valid
+        # bytes)
+        operands = 0.0 if wgmma else costs.smem_bytes_per_flop
+        reads = work[0] * (operands + costs.shuffles_per_flop * 128)
         tiled = _tiled_tensors(kernel)
-        staged = 0 if wgmma or not kernel.dots else (
+        staged = 0 if not kernel.dots else (
             sum(count.reads.get(t, 0) for t in tiled)
             + 2 * sum(count.writes.get(t, 0) for t in tiled))
         # and its global loads and stores of those tiles pass the same pipe: every tile
@@ -226,7 +227,7 @@ def test_short_softmax_rows_issue_the_twins_sixteen_columns():
         [0, rows * 16, 4 * rows * 16], rel=1e-9)
 
 
-def test_mma_sync_staging_by_hand():
+def test_staging_by_hand():
     # FA2 forward at 32 x 32, d = 64, N = 128 on 4 warps: mma.sync (32 rows). Each CTA
     # stages its Q tile (32 x 64 bf16: 4 KB), four iterations of K and V tiles (4 KB each)
     # and its O tile twice (written in the matmul's layout, read back coalesced); its LSE
@@ -249,9 +250,17 @@ def test_mma_sync_staging_by_hand():
     sched = build_schedule(problem, single, "fa2")
     prog = schedule_programs(sched, HW)[0]
     assert prog.totals()["pipe_bytes"].sum() == 4 * (2 * 4096 + 4 * 2 * 4096)
-    # A wgmma kernel reads its operands from shared memory asynchronously: nothing timed.
+    # A wgmma kernel reads its operands from shared memory outside the pipe, but stages the
+    # same tiles: at 128 x 64, 8 warps, N = 512, four CTAs each stage Q (16 KB) and load it
+    # through registers (16 KB more), eight iterations of K and V (8 KB each, cp.async),
+    # and O twice and stored once more (16 KB each); its shuffles take a clock each.
     wide = Tiling(128, 64, num_warps=8)
     sched = build_schedule(AttentionProblem(1, 1, 512, 64), wide, "fa2")
     kernel, prog = sched.kernels[0], schedule_programs(sched, HW)[0]
     assert uses_wgmma(HW, kernel.mma_rows, wide.num_warps)
-    assert _timed_work(kernel, prog, wide, problem.dtype)[3] == 0.0
+    costs = matmul_costs(list(kernel.dots), wide.num_warps, 2, True)
+    assert costs.smem_bytes_per_flop == 0.0 and costs.shuffles_per_flop > 0
+    smem = _timed_work(kernel, prog, wide, problem.dtype)[3]
+    staged = smem - prog.totals()["work"][0].sum() * costs.shuffles_per_flop * 128
+    assert staged == pytest.approx(4 * (2 * 16384 + 8 * 2 * 8192 + 3 * 16384), rel=1e-12)
+    assert prog.totals()["pipe_bytes"].sum() == 4 * 2 * 16384

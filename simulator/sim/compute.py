@@ -12,7 +12,7 @@ divided evenly over the SMs:
   an FMA as two FLOPs and every "other" FLOP is one instruction at FMA throughput;
 - shared memory (``smem``; the L1 data pipe it shares): the operand bytes mma.sync matmuls
   read from it, so many per tensor FLOP (``traces.schedules.mma_layout.matmul_costs``),
-  plus the bytes an mma.sync kernel moves through it to stage its tiles
+  plus the bytes any kernel with matmuls moves through it to stage its tiles
   (``program.staged_bytes``: every tile loaded is written into it, every tile stored
   written and read back) and the global loads and stores of those tiles, which the same
   pipe carries (``program.global_pipe_bytes``: every stored tile once more, and every tile
@@ -26,10 +26,14 @@ divided evenly over the SMs:
   kernels are the reads plus the staging (``tests/test_mma_layout.py``).
   Registers a loop spills to local memory and loads back every iteration
   (``occupancy.CompiledResources.spill_bytes_per_iteration``, read from the compile) take
-  the same L1 data path, in any kernel. wgmma reads its operands in the tensor core, which
-  its rate already covers, so for it this unit is otherwise idle (its staging is not
-  timed either: the wgmma kernels' shared-memory pipe was 30-55% busy in the profiles, not
-  what bounds them).
+  the same L1 data path, in any kernel. wgmma reads its operands from shared memory
+  itself, outside this pipe, at the rate its efficiency covers: a wgmma kernel's ``smem``
+  unit times its staging alone (and its spills). That staging is the mma.sync kernels': our
+  sm_90 compiles stage the same tiles with the same instructions (naive_qk at 64 x 64:
+  ``LDG``, ``STS``, ``STSM``/``LDSM``, ``STG``, 56 KB per CTA, of which Nsight Compute's
+  shared bytes are the 32 KB the rule gives them; the loops' ``LDGSTS``), and in every wgmma
+  launch of the H200 stall profiles the pipe's measured wavefronts took 1.1-8.6 times the
+  time the model gives those bytes, never less (``tests/test_mma_layout.py``).
 
 Clock. The exp unit's, the FP32 ALUs' and shared memory's rates are counts per clock
 (16 exps, 128 FP32 lanes, 128 bytes per SM and clock) at the preset's ``sm_clock_hz``. A
@@ -110,14 +114,15 @@ def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = Tr
                  staged_bytes: np.ndarray | None = None,
                  shuffles_per_flop: float = 0.0) -> np.ndarray:
     """Seconds each unit of one SM needs (``[4, n]``, ``UNITS``): ``amounts`` is ``[3, n]``
-    (tensor FLOPs, exps, other FLOPs); an mma.sync kernel (``wgmma`` False) also reads
-    ``smem_bytes_per_flop`` bytes of shared memory per tensor FLOP and issues
-    ``shuffles_per_flop`` warp shuffles, each a clock of the same data path (as many bytes
-    as it moves per clock), and ``staged_bytes`` (``[n]``) more move through shared memory
-    to stage the step's tiles."""
+    (tensor FLOPs, exps, other FLOPs); the kernel issues ``shuffles_per_flop`` warp
+    shuffles per tensor FLOP, each a clock of the shared-memory data path (as many bytes as
+    it moves per clock), and ``staged_bytes`` (``[n]``) move through it to stage the step's
+    tiles; an mma.sync kernel (``wgmma`` False) also reads ``smem_bytes_per_flop`` bytes of
+    shared memory per tensor FLOP there (wgmma reads its operands outside that pipe)."""
     amounts = np.asarray(amounts, dtype=np.float64)
-    per_flop = smem_bytes_per_flop + shuffles_per_flop * hw.smem_bandwidth_bytes_per_clk_per_sm
-    smem = amounts[0] * (0.0 if wgmma else per_flop)
+    operands = 0.0 if wgmma else smem_bytes_per_flop
+    per_flop = operands + shuffles_per_flop * hw.smem_bandwidth_bytes_per_clk_per_sm
+    smem = amounts[0] * per_flop
     if staged_bytes is not None:
         smem = smem + staged_bytes
     return np.vstack([amounts, smem[None]]) / sm_rates(hw, dtype, wgmma)[:, None]

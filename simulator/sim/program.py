@@ -15,13 +15,14 @@ rows), not only the valid elements ``count`` reports, times the copies the compi
 layout makes of them (``traces.schedules.mma_layout``: a result with fewer rows than the
 warps laid along them is computed by several warps). They are folded, per unit (CTA or
 iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and the shared
-memory of one SM (for a kernel whose matmuls are mma.sync: their operand reads, and its
-tiles' staging — each loaded tile written into shared memory, each stored tile written and
-read back for coalesced stores — and the global loads and stores of those tiles, which pass
-through the same pipe (each stored tile, and each tile loaded through registers outside a
-pipelined loop, once more; ``global_pipe_bytes``), charged to the phase's first compute
-step, or to a step of its own in a phase without one; ``staged_bytes``; and, in any kernel
-whose compile says so,
+memory of one SM (for a kernel with matmuls: its tiles' staging — each loaded tile written
+into shared memory, each stored tile written and read back for coalesced stores — and the
+global loads and stores of those tiles, which pass through the same pipe (each stored
+tile, and each tile loaded through registers outside a pipelined loop, once more;
+``global_pipe_bytes``), charged to the phase's first compute step, or to a step of its own
+in a phase without one; ``staged_bytes``; the shuffles of its row reductions; where its
+matmuls are mma.sync, their operand reads, which wgmma makes outside that pipe; and, in
+any kernel whose compile says so,
 the registers its loop spills to local memory and loads back every iteration, which pass
 through the same L1 data path), into busy seconds (how long the SM's
 units are occupied, ``compute.busy_seconds``) and into critical-path seconds (how long the
@@ -72,7 +73,7 @@ class Phase:
     compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
     # [u] bytes of global loads and stores the L1 data pipe moves beside shared memory's
-    # (``global_pipe_bytes``; in mma.sync kernels, where the pipe is timed; else 0)
+    # (``global_pipe_bytes``; in kernels with matmuls, where the pipe is timed; else 0)
     pipe_bytes: np.ndarray
 
     @property
@@ -200,10 +201,11 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
 
 
 def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:
-    """Bytes per unit of ``phase`` that an mma.sync kernel moves through shared memory to
-    stage its tiles (module docstring), whole tiles (``tile_bytes``, one per access row) as
-    its matmuls issue them: each loaded tile (not a vector of one column) is copied in once;
-    each stored tile is written in the matmul's layout and read back in a coalesced one."""
+    """Bytes per unit of ``phase`` that a kernel with matmuls (mma.sync or wgmma) moves
+    through shared memory to stage its tiles (module docstring), whole tiles
+    (``tile_bytes``, one per access row) as its matmuls issue them: each loaded tile (not a
+    vector of one column) is copied in once; each stored tile is written in the matmul's
+    layout and read back in a coalesced one."""
     return _tiles_per_unit(phase, tile_bytes, np.where(phase.kind == STORE, 2, 1))
 
 
@@ -215,18 +217,19 @@ def _tiles_per_unit(phase: Phase, tile_bytes: np.ndarray, passes: np.ndarray) ->
 
 
 def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> np.ndarray:
-    """Bytes per unit of ``phase`` that an mma.sync kernel's global loads and stores of
-    whole tiles move through the L1 data pipe beside their staging (``staged_bytes``):
+    """Bytes per unit of ``phase`` that a kernel's global loads and stores of whole tiles
+    move through the L1 data pipe beside their staging (``staged_bytes``):
     every stored tile once more (``STG``, after its trip through shared memory); every
     loaded tile once more where it comes through registers (``LDG``, then ``STS`` into
     shared memory: outside a loop, which Triton does not pipeline), not in a pipelined loop
     (``LDGSTS``, ``cp.async``: global to shared memory in one pass, the staging's). Read
     from our sm_90 compiles: naive_qk loads Q and K with ``LDG.E.128`` and ``STS.128`` and
     stores S with ``STG.E.128`` after ``STSM``/``LDS``; naive_pv loads its P and V tiles in
-    its loop with ``LDGSTS.E.BYPASS.128``. On the H200 (``validation/records/raw/
-    h200-stalls-2026-11-30``) naive_qk kept the L1 data pipe 86-96% busy where its shared
-    bytes account for 30-63%, naive_pv (no such loads, one small store) 19-69% where they
-    account for 16-64%."""
+    its loop with ``LDGSTS.E.BYPASS.128``; wgmma tilings of both do the same (naive_qk at
+    64 x 64: ``LDG.E.128``, ``STS.128``, ``LDSM``, ``STG.E.128``). On the H200
+    (``validation/records/raw/h200-stalls-2026-11-30``) naive_qk kept the L1 data pipe
+    86-96% busy where its shared bytes account for 30-63%, naive_pv (no such loads, one
+    small store) 19-69% where they account for 16-64%."""
     through = (phase.kind == STORE) | ((phase.kind == LOAD) & (not pipelined))
     return _tiles_per_unit(phase, tile_bytes, through)
 
@@ -251,7 +254,7 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
     wgmma = uses_wgmma(hw, kernel.mma_rows, schedule.tiling.num_warps)
     costs = matmul_costs(list(kernel.dots), schedule.tiling.num_warps,
                          schedule.problem.elem_bytes, wgmma)
-    staging = bool(kernel.dots) and not wgmma  # mma.sync stages its tiles: timed on smem
+    staging = bool(kernel.dots)  # its tiles pass through shared memory: timed on smem
     pre = _evaluate(kernel.pre, evaluate_steps(kernel.pre, cta_ctx, issued=True), schedule,
                     hw, wgmma, costs, staging)
     post = _evaluate(kernel.post, evaluate_steps(kernel.post, cta_ctx, issued=True), schedule,
