@@ -30,9 +30,11 @@ reads such a folder back and derives what the compute model needs from it:
   as the model takes it (the busiest plus ``1 - unit_overlap`` of the rest). Where the two
   sum past 100%, at least ``(sum - 100) / shorter`` of the shorter one's time ran
   alongside the other. The preset's ``smem_overlap`` is the median over the launches of
-  kernels that compile to mma.sync (the plan's configs say which tiling a launch ran;
-  wgmma kernels' operand reads are not a unit of the model, and their LSU wavefronts,
-  2-5 times their shared bytes and shuffles, are not what bounds them).
+  kernels that compile to mma.sync (the plan's configs say which tiling a launch ran);
+  the model applies it to wgmma kernels too, whose LSU wavefronts cannot bound it: they
+  took 1.1-8.6 times the time the model's ``smem`` unit gives those launches (their
+  staging, global loads and stores, shuffles; ``tests/test_mma_layout.py``), so they carry
+  work the model does not know of.
 
     python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ... \
         --records validation/records/h200-default-2026-11-30.jsonl
