@@ -28,9 +28,9 @@ divided evenly over the SMs:
   (``occupancy.CompiledResources.spill_bytes_per_iteration``, read from the compile) take
   the same L1 data path, in any kernel. wgmma reads its operands from shared memory
   itself, outside this pipe, at the rate its efficiency covers: a wgmma kernel's ``smem``
-  unit times its staging alone (and its spills). That staging is the mma.sync kernels': our
-  sm_90 compiles stage the same tiles with the same instructions (naive_qk at 64 x 64:
-  ``LDG``, ``STS``, ``STSM``/``LDSM``, ``STG``, 56 KB per CTA, of which Nsight Compute's
+  unit times its staging, its shuffles and its spills. That staging is the mma.sync
+  kernels': our sm_90 compiles stage the same tiles with the same instructions (naive_qk
+  at 64 x 64: ``LDG``, ``STS``, ``LDSM``, ``STG``, 56 KB per CTA, of which Nsight Compute's
   shared bytes are the 32 KB the rule gives them; the loops' ``LDGSTS``), and in every wgmma
   launch of the H200 stall profiles the pipe's measured wavefronts took 1.1-8.6 times the
   time the model gives those bytes, never less (``tests/test_mma_layout.py``).
