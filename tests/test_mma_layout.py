@@ -9,7 +9,7 @@ import pytest
 
 from simulator.hardware import load_hardware
 from simulator.sim.compute import sm_rates, uses_wgmma
-from simulator.sim.program import kernel_program, schedule_programs
+from simulator.sim.program import kernel_program
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
 from traces.schedules.mma_layout import (
@@ -26,6 +26,30 @@ from traces.tiling import Tiling
 from validation.records import latest_per_config, read_records
 
 RECORDS = Path(__file__).resolve().parents[1] / "validation/records/h200-default-2026-11-30.jsonl"
+
+
+HW_H200 = load_hardware("h200-sxm")
+
+
+def _wgmma_stall_launches(hw):
+    """``(launch, problem, tiling, kernel, program)`` for every launch of the H200 stall
+    profiles whose config is a record and whose kernel's matmuls compile to wgmma; the
+    program is that kernel's alone (``program.kernel_program``)."""
+    from validation.stalls import read_folder
+
+    records = {r["record_id"]: r for r in read_records(RECORDS)[0]}
+    for folder in sorted((RECORDS.parent / "raw/h200-stalls-2026-11-30").iterdir()):
+        for launch in read_folder(folder):
+            rec = records.get(launch.config)
+            if rec is None:
+                continue
+            problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(
+                rec["tiling"])
+            schedule = build_schedule(problem, tiling, rec["schedule"])
+            for kernel in schedule.kernels:
+                if (kernel.name == launch.kernel and kernel.dots
+                        and uses_wgmma(hw, kernel.mma_rows, tiling.num_warps)):
+                    yield launch, problem, tiling, kernel, kernel_program(kernel, schedule, hw)
 
 
 @pytest.mark.parametrize("m,n,warps,expected", [
@@ -138,7 +162,7 @@ def test_shared_bytes_of_mma_sync_kernels_against_the_h200_counter():
     through it (written, then read, for coalesced stores). Exact for naive_qk; FA2's and
     decode's kernels move more than the rule knows of in some tilings and less in others
     (BOUND_PCT)."""
-    hw = load_hardware("h200-sxm")
+    hw = HW_H200
     records, _ = read_records(RECORDS)
     worst: dict[str, float] = {}
     for rec in latest_per_config(records)[0]:
@@ -178,29 +202,15 @@ def test_replicated_tiles_show_in_the_h200_tensor_pipe():
     the replicated ones are at their ``tensor_scale`` (dK/dV at 128 x 64 with 8 warps 1.5,
     measured 1.46-1.47; dQ at 64 x 128 with 8 warps 5/3, measured 1.65), the others at 1
     (0.96-1.09)."""
-    from validation.stalls import read_folder
-
-    hw = load_hardware("h200-sxm")
-    records = {r["record_id"]: r for r in read_records(RECORDS)[0]}
     per_flop, scales = [], []
-    for folder in sorted((RECORDS.parent / "raw/h200-stalls-2026-11-30").iterdir()):
-        for launch in read_folder(folder):
-            rec = records.get(launch.config)
-            if rec is None or not launch.kernel.startswith("fa2_"):
-                continue
-            problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(
-                rec["tiling"])
-            schedule = build_schedule(problem, tiling, rec["schedule"])
-            for kernel, prog in zip(schedule.kernels, schedule_programs(schedule, hw),
-                                    strict=True):
-                if (kernel.name != launch.kernel
-                        or not uses_wgmma(hw, kernel.mma_rows, tiling.num_warps)):
-                    continue
-                scale = matmul_costs(list(kernel.dots), tiling.num_warps, problem.elem_bytes,
-                                     wgmma=True).tensor_scale
-                issued = prog.totals()["work"][0].sum() / scale
-                per_flop.append(launch.pipes_pct["tensor"] * launch.duration_s / issued)
-                scales.append(scale)
+    for launch, problem, tiling, kernel, prog in _wgmma_stall_launches(HW_H200):
+        if not launch.kernel.startswith("fa2_"):
+            continue
+        scale = matmul_costs(list(kernel.dots), tiling.num_warps, problem.elem_bytes,
+                             wgmma=True).tensor_scale
+        issued = prog.totals()["work"][0].sum() / scale
+        per_flop.append(launch.pipes_pct["tensor"] * launch.duration_s / issued)
+        scales.append(scale)
     base = sorted(x for x, s in zip(per_flop, scales, strict=True) if s == 1.0)
     base = base[len(base) // 2]
     replicated = [(x / base, s) for x, s in zip(per_flop, scales, strict=True) if s > 1.0]
@@ -218,7 +228,7 @@ def test_wgmma_naive_qk_stages_what_the_h200_counter_counts():
     moves exactly Nsight Compute's shared-memory bytes through shared memory — each Q and K
     tile written in once, each S tile written and read back — besides the global loads and
     stores the same pipe carries, and no operand reads (wgmma reads shared memory itself)."""
-    hw = load_hardware("h200-sxm")
+    hw = HW_H200
     records, _ = read_records(RECORDS)
     checked = 0
     for rec in latest_per_config(records)[0]:
@@ -251,25 +261,11 @@ def test_wgmma_pipe_time_within_the_h200_lsu_wavefronts():
     forward and naive attention, 2.5-4.9 in dQ, 3.7-8.6 in dK/dV, which move more
     through the pipe than the model knows of). The pipe carries all of that and more; a
     model that charged it beyond its measured occupancy would be wrong."""
-    from validation.stalls import read_folder
-
-    hw = load_hardware("h200-sxm")
-    records = {r["record_id"]: r for r in read_records(RECORDS)[0]}
     ratios = []
-    for folder in sorted((RECORDS.parent / "raw/h200-stalls-2026-11-30").iterdir()):
-        for launch in read_folder(folder):
-            rec = records.get(launch.config)
-            if rec is None or launch.lsu_pct is None:
-                continue
-            problem, tiling = AttentionProblem.from_dict(rec["problem"]), Tiling.from_dict(
-                rec["tiling"])
-            schedule = build_schedule(problem, tiling, rec["schedule"])
-            for kernel in schedule.kernels:
-                if (kernel.name != launch.kernel or not kernel.dots
-                        or not uses_wgmma(hw, kernel.mma_rows, tiling.num_warps)):
-                    continue
-                prog = kernel_program(kernel, schedule, hw)
-                modelled = prog.totals()["unit_s"][3].sum() / hw.sm_count
-                ratios.append(launch.lsu_pct / 100 * launch.duration_s / modelled)
+    for launch, _, _, _, prog in _wgmma_stall_launches(HW_H200):
+        if launch.lsu_pct is None:
+            continue
+        modelled = prog.totals()["unit_s"][3].sum() / HW_H200.sm_count
+        ratios.append(launch.lsu_pct / 100 * launch.duration_s / modelled)
     assert len(ratios) >= 40
     assert min(ratios) >= 1.0, min(ratios)
