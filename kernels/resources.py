@@ -136,6 +136,9 @@ class KernelResources:
     # Warp shuffles (SHFL) a warp issues per iteration of the main loop: its row
     # reductions (``traces.schedules.mma_layout.shuffles``). None without the loop.
     loop_shuffles: int | None = None
+    # The instructions each warp issues in a kernel without loops (``straight_instructions``:
+    # naive_softmax, the backward's preprocess). None for a kernel with a loop.
+    straight_instructions: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -390,6 +393,25 @@ def loop_facts(body: list[str]) -> tuple[int, int, int, int]:
     return len(body), moved["LDL"], moved["STL"], reload_waits(body)
 
 
+def straight_instructions(sass: str) -> int | None:
+    """The instructions each warp issues in a kernel without loops: its SASS up to the
+    first unconditional ``EXIT``, padding ``NOP``s not counted. None where the SASS has a
+    loop (a backward branch) or no such ``EXIT``. What follows that ``EXIT`` is never
+    issued on the way through: the final branch to itself, and the code of branches that
+    are rarely taken."""
+    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
+    if any((m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr
+           for addr, op in code):
+        return None
+    issued = 0
+    for _, op in code:
+        if op == "EXIT":
+            return issued + 1
+        if not _SASS_GUARD.sub("", op).startswith("NOP"):
+            issued += 1
+    return None
+
+
 def shuffles_in(body: list[str]) -> int:
     """The warp shuffles (``SHFL``) among SASS instructions ``body``, predicated or not."""
     return sum(1 for op in body if _SASS_GUARD.sub("", op).startswith("SHFL"))
@@ -516,6 +538,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            spill_store_bytes_per_iteration=spill_stored,
                            spill_reload_waits=reloads,
                            loop_shuffles=None if body is None else shuffles_in(body),
+                           straight_instructions=straight_instructions(sass) if sass else None,
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -582,7 +605,7 @@ def _well_typed(result: dict) -> bool:
     counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
               "wgmma_rs_ops", "loads_in_flight", "loop_instructions",
               "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
-              "spill_reload_waits")
+              "spill_reload_waits", "straight_instructions")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)

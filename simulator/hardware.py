@@ -27,7 +27,7 @@ ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overla
 
 
 # Fields a preset may leave out (the dataclass's default, None, says what that means).
-OPTIONAL = ("sm_clock_tensor_hz",)
+OPTIONAL = ("sm_clock_tensor_hz", "warp_cycles_per_instruction")
 L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
 # Fields a preset records for readers that no part of the model reads: a --set on them
 # would change nothing, so it is refused with the reason.
@@ -90,6 +90,10 @@ class Hardware:
     # The SM clock while a kernel's warps issue tensor-core instructions, where the GPU
     # lowers it then (``at_tensor_clock``); None: the SMs keep ``sm_clock_hz``.
     sm_clock_tensor_hz: float | None = None
+    # The fewest cycles a warp takes per instruction it issues, measured on this GPU
+    # (``validation.pace``): no warp goes through its instructions faster, whatever its
+    # units could do (``simulator.sim.program``). None: not measured, no such floor.
+    warp_cycles_per_instruction: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

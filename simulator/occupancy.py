@@ -48,6 +48,12 @@ class CompiledResources:
     # The times per iteration a warp waits for reloaded spills (``kernels.resources.
     # reload_waits``): each an L2 round trip on the iteration's path (``simulator.sim.program``).
     spill_reload_waits: int | None = None
+    # The instructions each warp issues per iteration of the main loop, and in a kernel
+    # without loops the instructions each warp issues in all (``kernels.resources.
+    # main_loop``, ``straight_instructions``): with the preset's ``warp_cycles_per_instruction``
+    # the least time a warp takes through them (``simulator.sim.program``).
+    loop_instructions: int | None = None
+    straight_instructions: int | None = None
 
     def __post_init__(self):
         if self.registers_per_thread == 0:

@@ -144,6 +144,31 @@ def test_h200_tensor_clock_is_the_median_its_profiles_measured():
     assert summary["other"]["median"] == pytest.approx(h200.sm_clock_hz, rel=0.01)
 
 
+def test_h200_warp_pace_is_the_fastest_loop_of_its_records():
+    """warp_cycles_per_instruction of the H200 preset: the cycles per instruction of the
+    fastest loop in the H200 records (``validation.pace``; the whole list needs the device
+    compile's loop instructions, ``--fill-loop-facts`` with Triton 3.6): FA2's forward at
+    d = 128, N = 16k, 128 x 32, 3 stages, 4 warps, whose loop the device's Triton (3.6)
+    compiles to 446 instructions a warp; 2 CTAs per SM at 255 registers."""
+    from validation import pace
+    from validation.records import read_records
+
+    records, _ = read_records(REPO / "validation/records/h200-default-2026-11-30.jsonl")
+    (rec,) = [r for r in records
+              if r["record_id"] == "fa2-fwd-b1-h16-q16384-k16384-d128-bf16-m128-n32-s3-w4"]
+    (fact,) = rec["kernel_facts"]
+    assert fact["registers"] == 255 and fact.get("loop_instructions") is None
+    fact["loop_instructions"] = 446
+    h200 = load_hardware("h200-sxm")
+    (found,) = pace.loop_paces([rec], h200)
+    assert found["resident"] == 2 * 132
+    assert h200.warp_cycles_per_instruction == pytest.approx(found["cycles_per_instruction"],
+                                                             abs=0.005)
+    assert load_hardware("h100-sxm5").warp_cycles_per_instruction == (
+        h200.warp_cycles_per_instruction)  # the same SM and compiler
+    assert load_hardware("a100-sxm4-80gb").warp_cycles_per_instruction is None  # unmeasured
+
+
 def test_tensor_clock_scales_the_rates_counted_per_clock_and_nothing_else():
     h200 = load_hardware("h200-sxm")
     slow = h200.at_tensor_clock()

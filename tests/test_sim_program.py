@@ -264,3 +264,42 @@ def test_staging_by_hand():
     staged = smem - prog.totals()["work"][0].sum() * costs.shuffles_per_flop * 128
     assert staged == pytest.approx(4 * (2 * 16384 + 8 * 2 * 8192 + 3 * 16384), rel=1e-12)
     assert prog.totals()["pipe_bytes"].sum() == 4 * 2 * 16384
+
+
+def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace():
+    """The preset's ``warp_cycles_per_instruction`` floors a CTA's critical path: naive
+    softmax's one row of 16k keys, causal, 4 warps, whose compile issues 2,264 instructions
+    a warp (Triton 3.6, sm_90), takes at least 2264 x 5.19 cycles at 1.98 GHz (5.93 us),
+    where its units alone would take 0.8 us; a loop iteration takes at least its main
+    loop's instructions at that pace, at the kernel's own clock (FA2 with matmuls: 1.789
+    GHz). Unmeasured (the preset's None) or not compiled, nothing changes."""
+    import dataclasses
+
+    from simulator.occupancy import CompiledResources
+
+    h200 = load_hardware("h200-sxm")
+    assert h200.warp_cycles_per_instruction == 5.19
+    problem = AttentionProblem(1, 1, 16384, 64, causal=True)
+    sched = build_schedule(problem, Tiling(64, 64), "naive")
+    softmax = next(k for k in sched.kernels if k.name == "naive_softmax")
+    given = {"naive_softmax": CompiledResources(203, 16, straight_instructions=2264)}
+    bare = kernel_program(softmax, sched, h200)
+    floored = kernel_program(softmax, sched, h200, compiled=given)
+    assert bare.pre.path_s.max() < 1e-6
+    np.testing.assert_allclose(floored.pre.path_s, 2264 * 5.19 / 1.98e9, rtol=1e-12)
+    unmeasured = dataclasses.replace(h200, warp_cycles_per_instruction=None)
+    np.testing.assert_array_equal(
+        kernel_program(softmax, sched, unmeasured, compiled=given).pre.path_s, bare.pre.path_s)
+
+    sched = build_schedule(AttentionProblem(1, 1, 1024, 128), Tiling(128, 32, 3, 4), "fa2")
+    (fwd,) = sched.kernels
+    bare = kernel_program(fwd, sched, h200)
+    iteration = bare.loop.path_s.max()
+    slow = int(2 * iteration * 1.789e9 / 5.19)  # twice the units' path at the pace
+    floored = kernel_program(fwd, sched, h200, compiled={
+        "fa2_fwd": CompiledResources(165, 40960, loop_instructions=slow)})
+    np.testing.assert_allclose(floored.loop.path_s, slow * 5.19 / 1.789e9, rtol=1e-12)
+    fast = kernel_program(fwd, sched, h200, compiled={
+        "fa2_fwd": CompiledResources(165, 40960, loop_instructions=slow // 4)})
+    np.testing.assert_array_equal(fast.loop.path_s, bare.loop.path_s)
+    np.testing.assert_array_equal(fast.pre.path_s, bare.pre.path_s)  # a loop: no straight run

@@ -76,7 +76,8 @@ def test_kernel_facts_read_the_compiled_kernel():
                      "loads_issued_after_compute": None,  # no loop in this TTGIR
                      "loop_instructions": None, "spill_load_bytes_per_iteration": None,
                      "spill_store_bytes_per_iteration": None,
-                     "spill_reload_waits": None}  # no SASS without a cubin
+                     "spill_reload_waits": None,
+                     "straight_instructions": None}  # no SASS without a cubin
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None

@@ -173,7 +173,8 @@ def kernel_facts(name: str, compiled) -> dict:
     pipelined loop), and one iteration of its main loop in the SASS
     (``kernels.resources.main_loop``: the instructions a warp issues, the spill bytes a
     thread loads and stores, the waits for reloaded spills; None without a cubin or a loop
-    with matmuls)."""
+    with matmuls), and, for a kernel without loops, the instructions a warp issues
+    (``kernels.resources.straight_instructions``)."""
     from kernels.resources import dot_layouts, loop_pipeline, wgmma_operand_demand
 
     ttgir = compiled.asm.get("ttgir", "")
@@ -187,7 +188,8 @@ def kernel_facts(name: str, compiled) -> dict:
             "mma_layouts": dot_layouts(ttgir), "loads_in_flight": in_flight,
             "loads_issued_after_compute": after_compute,
             "loop_instructions": instructions, "spill_load_bytes_per_iteration": loaded,
-            "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads}
+            "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads,
+            "straight_instructions": _straight_instructions(compiled)}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:
@@ -217,6 +219,21 @@ def _main_loop(compiled) -> tuple[int | None, int | None, int | None, int | None
         return main_loop_costs(cubin)
     except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
         return None, None, None, None
+
+
+def _straight_instructions(compiled) -> int | None:
+    """The instructions a warp issues in a kernel without loops
+    (``kernels.resources.straight_instructions``); None for a loop or if unreadable."""
+    cubin = compiled.asm.get("cubin")
+    if not cubin:
+        return None
+    try:
+        from kernels.resources import _cuobjdump, straight_instructions
+
+        sass = _cuobjdump(cubin, "-sass")
+        return straight_instructions(sass) if sass else None
+    except Exception:  # noqa: BLE001 - any failure leaves the fact out, nothing else
+        return None
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

@@ -53,7 +53,8 @@ def l2_start_of(rec: dict) -> str:
 def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
     compile's registers, shared memory and, in records made after 2026-12-02, its main loop's
-    spill traffic and waits for reloaded spills); None if it has neither for any kernel, or if
+    spill traffic, waits for reloaded spills and instructions, or a loop-less kernel's
+    instructions); None if it has neither for any kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
     of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
     from simulator.occupancy import CompiledResources, spill_per_iteration
@@ -66,11 +67,13 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     for fact in rec.get("kernel_facts") or ():
         loaded, stored = (fact.get(f"spill_{kind}_bytes_per_iteration")
                           for kind in ("load", "store"))
-        waits = fact.get("spill_reload_waits")
+        waits, loop_issued, straight_issued = (
+            None if fact.get(key) is None else int(fact[key])
+            for key in ("spill_reload_waits", "loop_instructions", "straight_instructions"))
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
             None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
-            spill_per_iteration(loaded, stored), None if waits is None else int(waits))
+            spill_per_iteration(loaded, stored), waits, loop_issued, straight_issued)
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

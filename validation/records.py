@@ -47,10 +47,11 @@ COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
 FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
              "wgmma_smem_bytes_per_flop_max", "loads_in_flight", "loop_instructions",
              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
-             "spill_reload_waits")
+             "spill_reload_waits", "straight_instructions")
 COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "loads_in_flight",
                    "loop_instructions", "spill_load_bytes_per_iteration",
-                   "spill_store_bytes_per_iteration", "spill_reload_waits")
+                   "spill_store_bytes_per_iteration", "spill_reload_waits",
+                   "straight_instructions")
 
 
 class RecordError(ProblemError):

@@ -187,7 +187,9 @@ def target_lines(report: dict) -> list[str]:
                      "partly")
     if report.get("loop_facts_filled") is not None:
         lines.append(f"loop facts: {report['loop_facts_filled']} records took their kernels' "
-                     "main-loop facts (spills per iteration, waits for them) from a compile "
+                     "instruction and spill facts (a warp's instructions per main-loop "
+                     "iteration, or in all without a loop; spills per iteration, waits for "
+                     "them) from a compile "
                      f"here (--fill-loop-facts: {_compilers(report.get('loop_facts_compilers'))})")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:

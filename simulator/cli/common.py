@@ -100,7 +100,9 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                                                            spill_per_iteration(
                                                                r.spill_load_bytes_per_iteration,
                                                                r.spill_store_bytes_per_iteration),
-                                                           r.spill_reload_waits)
+                                                           r.spill_reload_waits,
+                                                           r.loop_instructions,
+                                                           r.straight_instructions)
                                    for name, r in rows.items()})
     return out
 

@@ -151,6 +151,14 @@ def _spill_per_iteration(r) -> str:
                                    f" ({waits} wait{'' if waits == 1 else 's'})")
 
 
+def _instructions(r) -> str:
+    """A warp's instructions per iteration of the main loop, or "N (all)" in a kernel
+    without loops; "-" where neither is known."""
+    if r.loop_instructions:
+        return str(r.loop_instructions)
+    return f"{r.straight_instructions} (all)" if r.straight_instructions else "-"
+
+
 def _print_table(records, args: argparse.Namespace) -> None:
     from rich.table import Table
 
@@ -161,14 +169,14 @@ def _print_table(records, args: argparse.Namespace) -> None:
     limit = _operand_limit(args.dtype)
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
-                "spill bytes", "spill B/iter", "loop instr", "mma", "operand B/FLOP", "fits"):
+                "spill bytes", "spill B/iter", "instr", "mma", "operand B/FLOP", "fits"):
         table.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
     for r in records:
         if r.error:
             tail = ["-", "-", "-", "-", "-", "-", "-", "[red]error[/red]"]
         else:
             tail = [f"{r.shared_bytes:,}", str(r.registers or "-"), str(r.spill_bytes or 0),
-                    _spill_per_iteration(r), str(r.loop_instructions or "-"), _mma_kind(r),
+                    _spill_per_iteration(r), _instructions(r), _mma_kind(r),
                     _operand_demand(r, limit),
                     "yes" if r.fits else "[red]NO[/red]"]
         table.add_row(r.kernel, f"sm_{r.arch}", str(r.block_m), str(r.block_n),
@@ -179,7 +187,8 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
-    note = ("loop instr: instructions a warp issues per iteration of the main loop (SASS)"
+    note = ("instr: instructions a warp issues per iteration of the main loop, or in all in "
+            "a kernel without loops (SASS)"
             + ("; spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
                "bytes per thread the main loop loads / stores from it every iteration (and "
                "the times a warp waits for the reloads, an L2 round trip each in the model)"

@@ -29,8 +29,10 @@ def add_parser(sub) -> None:
                    help="only the records whose query and key lengths are at most N (naive "
                         "attention at N = 16k is most of a full run's time)")
     p.add_argument("--fill-loop-facts", action="store_true",
-                   help="records without the main-loop facts of their kernels (spills per "
-                        "iteration and the waits for them; the H200 records of 2026-11-30): "
+                   help="records without the main-loop facts of their kernels (a warp's "
+                        "instructions per iteration, or in all in a kernel without loops; "
+                        "spills per iteration and the waits for them; the H200 records of "
+                        "2026-11-30): "
                         "take them from a compile here (needs torch and triton; cached), "
                         "for each kernel the compile here gives the device's registers")
     p.set_defaults(func=run)

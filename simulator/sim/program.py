@@ -35,9 +35,19 @@ forward at d = 128, 128 x 64, 4 warps (255 registers, spilling in its loop) read
 and wrote 15-17 KB more of L2 per CTA and iteration than its tiles, and Nsight Compute has
 its warps waiting on long scoreboards (L1TEX: global and local memory) 3.6 cycles per
 instruction, where the same forward at 128 x 32 does not show the stall, and L1 hitting 5%
-of its sectors (``validation/records/raw/h200-stalls-2026-11-30``). Within a phase the
-engines issue all loads together, run the compute when they have arrived, then issue the
-stores; every schedule's phases are written in that order.
+of its sectors (``validation/records/raw/h200-stalls-2026-11-30``).
+No warp goes through its instructions faster than the preset's
+``warp_cycles_per_instruction`` each (``issue_floor_s``; ``validation.pace`` measured it:
+the fewest cycles per instruction of any loop in the H200 records). Where the compile gives
+the count, a loop iteration's path is at least its main loop's instructions at that pace,
+and a kernel without loops (naive softmax, the backward's preprocess) has all of its
+instructions at that pace as the least path of its one compute step. Naive softmax at
+N = 16k, causal, with 4 warps issues 2,264 instructions a warp for its one row: 5.9 us at
+5.19 cycles each, where its units would do the row's work in 0.8 us; measured, its CTAs
+took 8.9 us each (two resident per SM; the H200 records).
+
+Within a phase the engines issue all loads together, run the compute when they have
+arrived, then issue the stores; every schedule's phases are written in that order.
 """
 
 from __future__ import annotations
@@ -234,6 +244,15 @@ def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> 
     return _tiles_per_unit(phase, tile_bytes, through)
 
 
+def issue_floor_s(instructions: int | None, hw: Hardware) -> float:
+    """The least time a warp takes through ``instructions`` (module docstring): the
+    preset's ``warp_cycles_per_instruction`` each, at the kernel's SM clock; 0 where either
+    is not known."""
+    if not instructions or not hw.warp_cycles_per_instruction:
+        return 0.0
+    return instructions * hw.warp_cycles_per_instruction / hw.sm_clock_hz
+
+
 def spill_round_trips(given: CompiledResources) -> int:
     """L2 round trips one loop iteration waits for its reloaded spills (module docstring):
     the compile's count of waits, or one where it spills but the count is not known."""
@@ -268,6 +287,9 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
                      costs, staging, spill * schedule.tiling.threads,
                      pipelined=schedule.tiling.num_stages > 1)
     loop.path_s += hw.iteration_overhead_s + spill_round_trips(given) * hw.l2_latency_s
+    loop.path_s = np.maximum(loop.path_s, issue_floor_s(given.loop_instructions, hw))
+    if not kernel.loop:  # one straight run of instructions: the whole CTA's in the prologue
+        pre.path_s = np.maximum(pre.path_s, issue_floor_s(given.straight_instructions, hw))
     accesses = [k for k, step in enumerate(kernel.loop) if isinstance(step, Access)]
     return KernelProgram(
         name=kernel.name, grid=kernel.grid, sram_bytes=res.smem_per_cta_bytes, residency=res,
