@@ -39,7 +39,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from traces.schedules.base import pow2_at_least
+from traces.schedules.base import cdiv, pow2_at_least
 from traces.tiling import Tiling
 
 # kernel name -> module that defines it, in schedule order
@@ -240,19 +240,57 @@ def loop_pipeline(ttgir: str) -> tuple[int | None, bool | None]:
 
 
 def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
-               seq_kv: int = 4096, decode_rows: int = 16, seq_q: int = 1) -> dict:
+               seq_kv: int = 4096, decode_rows: int = 16, seq_q: int = 1,
+               heads: int | None = None, group: int | None = None) -> dict:
     """The constexpr values a launch of ``kernel`` would use for this tiling.
 
     ``seq_kv`` sets naive_softmax's row width (the whole row is one register tile);
     ``decode_rows`` is decode_split's group tile, G*Nq rows, padded to a power of two;
     ``seq_q`` decode_reduce's query rows (Nq, padded), as ``kernels.decode`` launches them.
+    Given the launch's ``heads`` and ``group`` (query heads per K/V head), its integer
+    arguments that equal 1 are constexprs too, as Triton makes them (``launch_ints``).
     """
     values = {"BLOCK_M": tiling.block_m, "BLOCK_N": tiling.block_n, "HEAD_DIM": head_dim,
               "CAUSAL": causal, "DOT_FP32": False,
               "ROW": pow2_at_least(seq_kv, 16),
               "BLOCK_R": pow2_at_least(decode_rows, 16),
               "BLOCK_Q": pow2_at_least(seq_q)}
-    return {name: values[name] for name in _constexpr_names(kernel)}
+    ones = {name: 1 for name, value in launch_ints(kernel, tiling, seq_q, seq_kv, heads,
+                                                   group).items() if value == 1}
+    return {name: values[name] for name in _constexpr_names(kernel)} | ones
+
+
+def launch_ints(kernel: str, tiling: Tiling, seq_q: int, seq_kv: int, heads: int | None,
+                group: int | None) -> dict:
+    """The integer arguments a launch of ``kernel`` passes, by name (``kernels``' launches:
+    the sequence lengths, the query heads, the group size, decode's split count and the
+    K/V blocks of its chunks); empty where the launch's ``heads`` or ``group`` is not known.
+
+    Triton specializes each at launch: an integer equal to 1 becomes a constexpr, one that
+    is a multiple of 16 carries that divisibility to the compiler (its JIT's
+    ``specialize_impl``: ``tests/test_kernels_aot.py`` checks the rule against Triton's
+    own). A GPU's compile of the kernel is that specialization's: for the backward's dK/dV
+    with one query head per K/V head (``group`` 1) the loop over the group disappears, and
+    the H200 records' registers are those of the compile that knows it (118 and 129 at
+    d = 64, 16 x 64, against 139 and 220 without).
+    """
+    if heads is None or group is None:
+        return {}
+    values = {"n_q": seq_q, "n_kv": seq_kv, "n_heads": heads, "group": group,
+              "n_split": tiling.split_kv,
+              "chunk": cdiv(cdiv(seq_kv, tiling.block_n), tiling.split_kv)}
+    return {name: values[name] for name in _int_arg_names(kernel)}
+
+
+def divisible_ints(kernel: str, tiling: Tiling, seq_q: int = 1, seq_kv: int = 4096,
+                   heads: int | None = None, group: int | None = None, **_) -> list[str]:
+    """The integer arguments of a launch that are multiples of 16 (``launch_ints``); where
+    the launch is not known, the sequence lengths, as every launch of these kernels in our
+    matrices has them."""
+    ints = launch_ints(kernel, tiling, seq_q, seq_kv, heads, group)
+    if not ints:
+        return sorted(_SEQ_ARGS & set(_int_arg_names(kernel)))
+    return sorted(name for name, value in ints.items() if value % 16 == 0)
 
 
 def _kernel_fn(kernel: str):
@@ -261,16 +299,36 @@ def _kernel_fn(kernel: str):
 
 
 @functools.cache
+def _int_arg_names(kernel: str) -> list[str]:
+    """The kernel's integer arguments, in order: the parameters that are neither
+    constexprs, pointers (upper case) nor floats (``_signature``'s rule, read from the
+    source as ``_constexpr_names`` does)."""
+    consts = set(_constexpr_names(kernel))
+    return [name for name in _param_names(kernel)
+            if name not in consts and not name.isupper() and name not in _FLOAT_ARGS]
+
+
+def _param_names(kernel: str) -> list[str]:
+    return [a.arg for a in _source_args(kernel)]
+
+
+@functools.cache
 def _constexpr_names(kernel: str) -> list[str]:
-    """The kernel's ``tl.constexpr`` parameters, in order, read from its module's source
-    (importing the module would import torch, seconds this process may not need)."""
+    """The kernel's ``tl.constexpr`` parameters, in order."""
+    return [a.arg for a in _source_args(kernel)
+            if isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr"
+            and isinstance(a.annotation.value, ast.Name) and a.annotation.value.id == "tl"]
+
+
+@functools.cache
+def _source_args(kernel: str) -> list[ast.arg]:
+    """The kernel's parameters, read from its module's source (importing the module would
+    import torch, seconds this process may not need)."""
     path = Path(__file__).resolve().parent / f"{KERNELS[kernel]}.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == kernel:
-            return [a.arg for a in node.args.args
-                    if isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr"
-                    and isinstance(a.annotation.value, ast.Name) and a.annotation.value.id == "tl"]
+            return node.args.args
     raise ValueError(f"kernels/{KERNELS[kernel]}.py defines no function {kernel}")
 
 
@@ -290,17 +348,17 @@ def _signature(kernel: str, dtype: str) -> dict:
     return signature
 
 
-def _alignment_hints(signature: dict) -> dict:
+def _alignment_hints(signature: dict, divisible: list[str] | set[str] = _SEQ_ARGS) -> dict:
     """The divisibility-by-16 facts a real launch gives the compiler.
 
     At launch Triton tells the compiler which pointers are 16-byte aligned and which integers
     are multiples of 16, and without that it neither vectorises loads nor pipelines them
     (shared memory would then not grow with num_stages). Assumed here as in every real
-    launch of these kernels: all tensors are aligned (torch allocations are) and the sequence
-    lengths are multiples of 16.
+    launch of these kernels: all tensors are aligned (torch allocations are); the integers
+    ``divisible`` are multiples of 16 (``divisible_ints``: by default the sequence lengths).
     """
     return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
-            if ty.startswith("*") or name in _SEQ_ARGS}
+            if ty.startswith("*") or (ty == "i32" and name in divisible)}
 
 
 def _cuobjdump_usage(cubin: bytes) -> tuple[int | None, int | None]:
@@ -503,9 +561,11 @@ def compile_ahead(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Til
     from triton.backends.compiler import GPUTarget
 
     signature = _signature(kernel, dtype)
+    attrs = _alignment_hints(signature, divisible_ints(kernel, tiling, **shape))
+    consts = constexprs(kernel, head_dim, tiling, **shape)
+    signature.update({name: "constexpr" for name in consts})  # integers equal to 1 too
     src = triton.compiler.ASTSource(fn=_kernel_fn(kernel), signature=signature,
-                                    constexprs=constexprs(kernel, head_dim, tiling, **shape),
-                                    attrs=_alignment_hints(signature))
+                                    constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
                           options={"num_warps": tiling.num_warps,
                                    "num_stages": tiling.num_stages})
@@ -675,7 +735,9 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     jobs, keys = {}, []
     for kernel, arch, tiling in itertools.product(kernels, archs, tilings):
         consts = json.dumps(constexprs(kernel, head_dim, tiling, **shape), sort_keys=True)
-        key = f"{kernel}/{arch}/{dtype}/{consts}/{tiling.num_warps}/{tiling.num_stages}"
+        divisible = ",".join(divisible_ints(kernel, tiling, **shape))
+        key = (f"{kernel}/{arch}/{dtype}/{consts}/{tiling.num_warps}/{tiling.num_stages}/"
+               f"{divisible}")
         keys.append((key, tiling))
         jobs.setdefault(key, {"key": key, "kernel": kernel, "arch": arch, "dtype": dtype,
                               "head_dim": head_dim, "tiling": tiling.to_dict(), "shape": shape})
@@ -738,7 +800,8 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
                        progress=None) -> list[dict[str, KernelResources]]:
     """For each tiling, the compiled resources of the named kernels of one problem's
     schedule (the shape constexprs from the problem: causal, naive softmax's row, decode's
-    group rows), each distinct kernel compiled once for ``arch`` in worker processes.
+    group rows; its integer arguments specialized as Triton does at launch,
+    ``launch_ints``), each distinct kernel compiled once for ``arch`` in worker processes.
     ``ValueError`` if a kernel has no twin or the problem's dtype or head_dim none that
     compiles."""
     from kernels import SUPPORTED_HEAD_DIMS
@@ -750,7 +813,8 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
         raise ValueError(f"the Triton kernels take head_dim in {SUPPORTED_HEAD_DIMS}, "
                          f"not {problem.head_dim}")
     shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
-             "decode_rows": problem.group_size * problem.seq_q, "seq_q": problem.seq_q}
+             "decode_rows": problem.group_size * problem.seq_q, "seq_q": problem.seq_q,
+             "heads": problem.heads, "group": problem.group_size}
     rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
                    head_dim=problem.head_dim, tilings=list(tilings), workers=workers,
                    progress=progress, **shape)

@@ -150,6 +150,21 @@ def test_cli_json_and_out_file(capsys, tmp_path):
     assert row["shared_bytes"] > 0 and row["registers"] > 0 and row["fits"] is True
 
 
+def test_cli_compiles_as_the_launch_given(capsys):
+    """With ``--heads`` (and as many K/V heads) the group size 1 is a constant of the
+    compile: dK/dV's loop over the group goes, and with it registers; the JSON says which
+    launch it compiled."""
+    argv = ["--kernel", "fa2_bwd_dkdv", "--head-dim", "64", "--block-m", "16", "--block-n",
+            "64", "--stages", "2", "--warps", "4", "--causal", "--json"]
+    assert kernels_cmd.run(_parse(argv)) == 0
+    unknown = json.loads(capsys.readouterr().out)
+    assert kernels_cmd.run(_parse([*argv, "--heads", "16"])) == 0
+    launch = json.loads(capsys.readouterr().out)
+    assert unknown["launch"] is None
+    assert launch["launch"] == {"heads": 16, "group": 1, "seq_q": 4096, "decode_rows": 4096}
+    assert launch["kernels"][0]["registers"] < unknown["kernels"][0]["registers"]
+
+
 def test_cli_table(capsys):
     assert kernels_cmd.run(_parse(["--kernel", "fa2_fwd", *SMALL_ARGS])) == 0
     text = capsys.readouterr().out
@@ -204,6 +219,9 @@ def test_cli_lists_as_sweep_takes_them_or_space_separated():
     (["--block-m", "48"], "block_m"),
     (["--block-n", "32,,64"], "block-n"),
     (["--warps", "four"], "warps"),
+    (["--heads", "16", "--kv-heads", "5"], "must divide"),
+    (["--kv-heads", "4"], "give --heads too"),
+    (["--heads", "0"], "--heads"),
 ])
 def test_cli_rejects_bad_input(argv, match):
     with pytest.raises(ProblemError, match=match):
@@ -470,6 +488,64 @@ def test_spills_read_from_the_compile_show_in_the_h200_l2_writes():
         else:
             assert abs(extra) < 0.01 and r.spill_bytes == 0
             assert r.spill_load_bytes_per_iteration == 0 == r.spill_store_bytes_per_iteration
+
+
+def test_integer_arguments_are_specialized_as_triton_does_at_launch():
+    """``launch_ints``: an integer argument equal to 1 is a constexpr of the compile, one
+    that is a multiple of 16 carries that divisibility, as Triton's JIT decides at launch
+    (``native_specialize_impl``, where this Triton has it); an unknown launch keeps the
+    sequence lengths' divisibility and nothing else."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:
+        pytest.skip("this Triton decides its launch specialization elsewhere")
+    tiling = Tiling(64, 64)
+    for heads in (1, 2, 4, 16, 17, 32, 4096):
+        kind, key = native_specialize_impl(CUDABackend, heads, False, True, True)[:2]
+        consts = resources.constexprs("fa2_fwd", 64, tiling, seq_q=1024, seq_kv=1024,
+                                      heads=heads, group=1)
+        divisible = resources.divisible_ints("fa2_fwd", tiling, seq_q=1024, seq_kv=1024,
+                                             heads=heads, group=1)
+        assert (consts.get("n_heads") == 1) == (kind == "constexpr"), heads
+        assert ("n_heads" in divisible) == (key == "D"), heads
+        assert consts["group"] == 1 and "group" not in divisible
+    assert resources.divisible_ints("fa2_fwd", tiling) == ["n_kv", "n_q"]
+    assert "group" not in resources.constexprs("fa2_fwd", 64, tiling)
+    assert resources.launch_ints("decode_split", Tiling(16, 128, split_kv=4), 1, 2048, 32,
+                                 4) == {"n_q": 1, "n_kv": 2048, "group": 4, "n_split": 4,
+                                        "chunk": 4}
+
+
+def test_a_compile_specialized_as_the_launch_has_the_devices_registers():
+    """The backward at d = 64, 16 x 64, causal and not, one query head per K/V head: the
+    device's dK/dV had 129 and 118 registers (its records' ``kernel_facts``), and a compile
+    that knows ``group`` is 1 drops the loop over the group. Under the records' Triton
+    (3.6.0) that compile has exactly the device's registers, where the one that does not
+    know it has 220 and 139; under another the specialized one has no more than the other."""
+    import importlib.metadata
+    from pathlib import Path
+
+    from traces.problem import AttentionProblem
+    from validation.records import read_records
+
+    records = read_records(
+        Path(__file__).parent.parent / "validation/records/h200-default-2026-11-30.jsonl")[0]
+    tiling = Tiling(16, 64, 2, 4)
+    for causal in (True, False):
+        (rec,) = [r for r in records if r["schedule"] == "fa2"
+                  and r["problem"] == AttentionProblem(4, 16, 4096, 64, causal=causal,
+                                                       pass_="bwd").to_dict()
+                  and Tiling.from_dict(r["tiling"]) == tiling]
+        device = {f["name"]: f["registers"] for f in rec["kernel_facts"]}
+        (compiled,) = resources.schedule_resources(AttentionProblem.from_dict(rec["problem"]),
+                                                   [tiling], ["fa2_bwd_dkdv"], 90)
+        (unknown,) = resources.measure(["fa2_bwd_dkdv"], archs=(90,), dtype="bf16",
+                                       head_dim=64, tilings=[tiling], causal=causal)
+        assert compiled["fa2_bwd_dkdv"].registers <= unknown.registers
+        if importlib.metadata.version("triton") == rec["environment"]["triton"]:
+            assert compiled["fa2_bwd_dkdv"].registers == device["fa2_bwd_dkdv"]
+            assert unknown.registers == (220 if causal else 139)
 
 
 def test_the_devices_triton_spills_the_bytes_the_h200_wrote():

@@ -51,6 +51,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     res.add_argument("--causal", action="store_true", help="compile the causal variants")
     res.add_argument("--kv-seq", type=int, default=4096,
                      help="K/V length: sets naive_softmax's row width (default 4096)")
+    res.add_argument("--heads", type=int, default=None,
+                     help="compile as a launch with this many query heads (and --kv-heads, "
+                          "--seq): Triton makes each integer argument equal to 1, such as "
+                          "the group size with as many K/V heads as query heads, a constant "
+                          "of the compile (fewer registers where a loop over the group "
+                          "goes). Default: the launch's integers unknown")
+    res.add_argument("--kv-heads", type=int, default=None,
+                     help="K/V heads of that launch (default: --heads)")
+    res.add_argument("--seq", type=int, default=None,
+                     help="query length of that launch (default: --kv-seq)")
     res.add_argument("--workers", type=int, default=None, help="compile processes (default: "
                      "one per core)")
     res.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -78,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
                            f"kernels, got {args.head_dim}.")
     if args.kv_seq <= 0:
         raise ProblemError(f'"kv_seq" must be a positive integer, got {args.kv_seq}.')
-    check_counts(("--workers", args.workers))
+    check_counts(("--workers", args.workers), ("--heads", args.heads),
+                 ("--kv-heads", args.kv_heads), ("--seq", args.seq))
+    launch = _launch(args)
     check_output_paths(args.out)  # before minutes of compiling
     unknown = [k for k in args.kernel or () if k not in resources.KERNELS]
     if unknown:
@@ -89,9 +101,9 @@ def run(args: argparse.Namespace) -> int:
     records = resources.measure(args.kernel, archs=tuple(args.arch), dtype=args.dtype,
                                 head_dim=args.head_dim, tilings=tilings, workers=args.workers,
                                 progress=None if args.json else _progress(),
-                                causal=args.causal, seq_kv=args.kv_seq)
+                                causal=args.causal, seq_kv=args.kv_seq, **launch)
     doc = {"schema": SCHEMA, "triton_version": triton.__version__, "dtype": args.dtype,
-           "head_dim": args.head_dim, "causal": args.causal,
+           "head_dim": args.head_dim, "causal": args.causal, "launch": launch or None,
            "max_shared_bytes": {str(a): resources.MAX_SHARED_BYTES[a] for a in args.arch},
            "kernels": [r.to_dict() for r in records]}
     if args.out:
@@ -107,6 +119,23 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"tilesim: {r.kernel} sm_{r.arch} BM={r.block_m} BN={r.block_n} "
                          f"stages={r.num_stages} warps={r.num_warps}: {r.error}\n")
     return 1 if failed else 0
+
+
+def _launch(args: argparse.Namespace) -> dict:
+    """The launch's integers ``measure`` specializes on (``kernels.resources.launch_ints``):
+    none without ``--heads``; ``ProblemError`` for K/V heads that do not divide the heads
+    or launch options without ``--heads``."""
+    if args.heads is None:
+        if args.kv_heads is not None or args.seq is not None:
+            raise ProblemError("--kv-heads and --seq describe the launch --heads starts; "
+                               "give --heads too")
+        return {}
+    kv_heads = args.heads if args.kv_heads is None else args.kv_heads
+    if args.heads % kv_heads:
+        raise ProblemError(f"--kv-heads {kv_heads} must divide --heads {args.heads}")
+    seq = args.kv_seq if args.seq is None else args.seq
+    return {"heads": args.heads, "group": args.heads // kv_heads, "seq_q": seq,
+            "decode_rows": args.heads // kv_heads * seq}
 
 
 def _progress():
