@@ -63,7 +63,8 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
                   given=None) -> dict:
     """One kernel's entry; ``given``: its compile's ``CompiledResources``, whose spills per
     main-loop iteration it reports (the bytes a thread spills and reloads, the times a warp
-    waits for the reloads; None: not known)."""
+    waits for the reloads) and the instructions a warp issues per iteration, or in all in a
+    kernel without loops (None: not known)."""
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
@@ -79,6 +80,8 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
         "registers_per_thread": res.registers_per_thread,
         "spill_bytes_per_iteration": given and given.spill_bytes_per_iteration,
         "spill_reload_waits": given and given.spill_reload_waits,
+        "loop_instructions": given and given.loop_instructions,
+        "straight_instructions": given and given.straight_instructions,
         "resources": resources,
         "warp_layout": layout,
         "legal": res.ctas_per_sm > 0,

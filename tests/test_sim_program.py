@@ -7,6 +7,7 @@ import pytest
 
 from simulator.counting import closed_form
 from simulator.hardware import load_hardware
+from simulator.sim import predict
 from simulator.sim.compute import sm_rates, uses_wgmma
 from simulator.sim.program import kernel_program, schedule_programs
 from traces.problem import AttentionProblem
@@ -290,6 +291,14 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     unmeasured = dataclasses.replace(h200, warp_cycles_per_instruction=None)
     np.testing.assert_array_equal(
         kernel_program(softmax, sched, unmeasured, compiled=given).pre.path_s, bare.pre.path_s)
+    # the prediction says what it knew: 1k rows of 16k keys, two CTAs per SM, wait on it
+    short = AttentionProblem(1, 1, 1024, 64, seq_kv=16384, causal=True)
+    timed, _ = predict(short, Tiling(64, 64), "naive", h200, compiled=given)
+    untimed, _ = predict(short, Tiling(64, 64), "naive", h200)
+    (entry,) = [k for k in timed["kernels"] if k["name"] == "naive_softmax"]
+    assert entry["straight_instructions"] == 2264 and entry["loop_instructions"] is None
+    assert entry["time_s"] > [k for k in untimed["kernels"]
+                              if k["name"] == "naive_softmax"][0]["time_s"]
 
     sched = build_schedule(AttentionProblem(1, 1, 1024, 128), Tiling(128, 32, 3, 4), "fa2")
     (fwd,) = sched.kernels
