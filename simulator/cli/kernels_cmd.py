@@ -193,8 +193,11 @@ def _print_table(records, args: argparse.Namespace) -> None:
 
     from simulator.cli.common import output_console
 
+    launch = (f", launched with {args.heads} heads / {args.kv_heads or args.heads} K/V heads, "
+              f"Nq {args.seq or args.kv_seq}" if args.heads
+              else ", launch integers unknown (--heads to specialize)")
     title = (f"Triton kernels, {args.dtype}, head_dim {args.head_dim}"
-             f"{', causal' if args.causal else ''}: resources per CTA")
+             f"{', causal' if args.causal else ''}{launch}: resources per CTA")
     limit = _operand_limit(args.dtype)
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "arch", "BM", "BN", "stages", "warps", "smem bytes", "registers",
