@@ -260,6 +260,13 @@ def constexprs(kernel: str, head_dim: int, tiling: Tiling, causal: bool = False,
     return {name: values[name] for name in _constexpr_names(kernel)} | ones
 
 
+def launch_shape(seq_q: int, heads: int, group: int) -> dict:
+    """``measure``'s shape entries of a launch with ``seq_q`` query rows, ``heads`` query
+    heads and ``group`` of them per K/V head: decode's group tile (G*Nq rows) and the
+    integers Triton specializes it on (``launch_ints``)."""
+    return {"heads": heads, "group": group, "seq_q": seq_q, "decode_rows": group * seq_q}
+
+
 def launch_ints(kernel: str, tiling: Tiling, seq_q: int, seq_kv: int, heads: int | None,
                 group: int | None) -> dict:
     """The integer arguments a launch of ``kernel`` passes, by name (``kernels``' launches:
@@ -348,14 +355,14 @@ def _signature(kernel: str, dtype: str) -> dict:
     return signature
 
 
-def _alignment_hints(signature: dict, divisible: list[str] | set[str] = _SEQ_ARGS) -> dict:
+def _alignment_hints(signature: dict, divisible: list[str]) -> dict:
     """The divisibility-by-16 facts a real launch gives the compiler.
 
     At launch Triton tells the compiler which pointers are 16-byte aligned and which integers
     are multiples of 16, and without that it neither vectorises loads nor pipelines them
     (shared memory would then not grow with num_stages). Assumed here as in every real
     launch of these kernels: all tensors are aligned (torch allocations are); the integers
-    ``divisible`` are multiples of 16 (``divisible_ints``: by default the sequence lengths).
+    ``divisible`` are multiples of 16 (``divisible_ints``).
     """
     return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
             if ty.startswith("*") or (ty == "i32" and name in divisible)}
@@ -397,13 +404,17 @@ _SASS_LOCAL = re.compile(r"^(?:@!?U?P\w+\s+)?(STL|LDL)(\.[\w.]+)?\s")
 _SASS_MMA = re.compile(r"\b(?:HGMMA|HMMA)\b")
 
 
-def main_loop_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, int | None]:
-    """``main_loop`` of a cubin's SASS (the bundled cuobjdump disassembles it): its
+def sass_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, int | None,
+                                       int | None]:
+    """From one disassembly of a cubin (the bundled cuobjdump): ``main_loop``'s facts (its
     instructions per warp, the spill bytes per thread it loads and stores, and the waits
-    for reloaded spills, per iteration; Nones without the tool or a loop with matmuls."""
+    for reloaded spills, per iteration; Nones without a loop with matmuls), then
+    ``straight_instructions`` (None for a kernel with a loop); all None without the tool."""
     sass = _cuobjdump(cubin, "-sass")
-    found = main_loop(sass) if sass else None
-    return found if found is not None else (None, None, None, None)
+    if not sass:
+        return None, None, None, None, None
+    found = main_loop(sass) or (None, None, None, None)
+    return (*found, straight_instructions(sass))
 
 
 def main_loop_body(sass: str) -> list[str] | None:
@@ -813,8 +824,7 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
         raise ValueError(f"the Triton kernels take head_dim in {SUPPORTED_HEAD_DIMS}, "
                          f"not {problem.head_dim}")
     shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
-             "decode_rows": problem.group_size * problem.seq_q, "seq_q": problem.seq_q,
-             "heads": problem.heads, "group": problem.group_size}
+             **launch_shape(problem.seq_q, problem.heads, problem.group_size)}
     rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
                    head_dim=problem.head_dim, tilings=list(tilings), workers=workers,
                    progress=progress, **shape)

@@ -181,7 +181,7 @@ def kernel_facts(name: str, compiled) -> dict:
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
     in_flight, after_compute = loop_pipeline(ttgir)
-    instructions, loaded, stored, reloads = _main_loop(compiled)
+    instructions, loaded, stored, reloads, straight = _sass_costs(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
@@ -189,7 +189,7 @@ def kernel_facts(name: str, compiled) -> dict:
             "loads_issued_after_compute": after_compute,
             "loop_instructions": instructions, "spill_load_bytes_per_iteration": loaded,
             "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads,
-            "straight_instructions": _straight_instructions(compiled)}
+            "straight_instructions": straight}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:
@@ -206,34 +206,21 @@ def _registers(compiled) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _main_loop(compiled) -> tuple[int | None, int | None, int | None, int | None]:
+def _sass_costs(compiled) -> tuple[int | None, int | None, int | None, int | None,
+                                     int | None]:
     """(instructions per warp, spill bytes loaded and stored per thread, waits for reloaded
-    spills) of one main-loop iteration; Nones if unreadable (like ``_registers``: a missing
+    spills) of one main-loop iteration, and a loop-less kernel's instructions per warp
+    (``kernels.resources.sass_costs``); Nones if unreadable (like ``_registers``: a missing
     fact must not cost the device run anything)."""
     cubin = compiled.asm.get("cubin")
     if not cubin:
-        return None, None, None, None
+        return None, None, None, None, None
     try:
-        from kernels.resources import main_loop_costs
+        from kernels.resources import sass_costs
 
-        return main_loop_costs(cubin)
+        return sass_costs(cubin)
     except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
-        return None, None, None, None
-
-
-def _straight_instructions(compiled) -> int | None:
-    """The instructions a warp issues in a kernel without loops
-    (``kernels.resources.straight_instructions``); None for a loop or if unreadable."""
-    cubin = compiled.asm.get("cubin")
-    if not cubin:
-        return None
-    try:
-        from kernels.resources import _cuobjdump, straight_instructions
-
-        sass = _cuobjdump(cubin, "-sass")
-        return straight_instructions(sass) if sass else None
-    except Exception:  # noqa: BLE001 - any failure leaves the fact out, nothing else
-        return None
+        return None, None, None, None, None
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

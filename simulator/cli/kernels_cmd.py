@@ -133,9 +133,10 @@ def _launch(args: argparse.Namespace) -> dict:
     kv_heads = args.heads if args.kv_heads is None else args.kv_heads
     if args.heads % kv_heads:
         raise ProblemError(f"--kv-heads {kv_heads} must divide --heads {args.heads}")
-    seq = args.kv_seq if args.seq is None else args.seq
-    return {"heads": args.heads, "group": args.heads // kv_heads, "seq_q": seq,
-            "decode_rows": args.heads // kv_heads * seq}
+    from kernels.resources import launch_shape
+
+    return launch_shape(args.kv_seq if args.seq is None else args.seq, args.heads,
+                        args.heads // kv_heads)
 
 
 def _progress():
