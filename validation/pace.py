@@ -22,7 +22,7 @@ loop of ours went faster. On the H200 records of 2026-11-30 it is FA2's forward 
 128 x 32, 3 stages, 4 warps (two warps per scheduler), 5.2 cycles; naive softmax, which has
 no loop, agrees: at N = 4k, causal, its warps stalled 4.9 cycles per instruction on
 anything but memory and barriers (``validation.stalls``), and at N = 16k, causal, 8 warps
-for the row took 2.7 us less per CTA than 4 with 1,112 fewer instructions a warp: 4.8
+for the row took 2.7 us less per CTA than 4 with 1,113 fewer instructions a warp: 4.8
 cycles each.
 
     python -m validation.pace validation/records/h200-default-2026-11-30.jsonl \\
