@@ -32,8 +32,6 @@ L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/s
 # Fields a preset records for readers that no part of the model reads: a --set on them
 # would change nothing, so it is refused with the reason.
 NOT_MODELLED = {
-    "l2_line_bytes": "the model does not use the line size (L2 traffic and capacity are "
-                     "counted in 32-byte sectors)",
     "l2_sector_bytes": "the L2 model counts 32-byte sectors; other sizes are not modelled",
 }
 
@@ -140,6 +138,10 @@ class Hardware:
                 f'hardware "{self.name}": l2_sector_bytes {self.l2_sector_bytes} is not '
                 f"modelled; the L2 model counts {L2_SECTOR_BYTES}-byte sectors, as every "
                 "NVIDIA GPU since Maxwell has.")
+        if self.l2_line_bytes % L2_SECTOR_BYTES:
+            raise HardwareError(
+                f'hardware "{self.name}": l2_line_bytes {self.l2_line_bytes} is not a whole '
+                f"number of {L2_SECTOR_BYTES}-byte sectors.")
         if self.hbm_latency_s < self.l2_latency_s:
             raise HardwareError(
                 f'hardware "{self.name}": hbm_latency_s is below l2_latency_s, but a miss '

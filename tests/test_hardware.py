@@ -343,7 +343,7 @@ def test_what_if_overrides_replace_fields_and_rename():
     ("hbm_latency_s=nan", "finite"), ("sm_clock_hz=1e400", "finite"),
     ("tensor_flops_per_s.bf16=inf", "finite"),
     # What the model does not read is refused, not silently ignored.
-    ("l2_line_bytes=256", "does not use the line size"),
+    ("l2_line_bytes=100", "whole number of 32-byte sectors"),
     ("l2_sector_bytes=64", "32-byte sectors"),
     ("hbm_latency_s=1e-7", "below l2_latency_s"),
 ])

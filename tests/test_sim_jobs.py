@@ -43,7 +43,8 @@ def test_only_the_ctas_of_the_burst_keep_their_first_loads_apart():
     args = (miss, costs.first_load, np.zeros(grid), np.ones(grid))
     apart = costs.phases(*args, np.ones(grid, dtype=np.bool_))
     folded = costs.phases(*args, np.zeros(grid, dtype=np.bool_))
-    B, M, K, CP, W = apart
+    B, M, K, CP, W, moved = apart
+    assert np.array_equal(M, moved)  # no line costs given: capacity is the missed bytes
     assert not W[:, [0, 1, 3]].any()  # write-backs come with the body's accesses
     assert (CP[:, 0] > 0).all() and (B[:, 1] > 0).all()  # latency, then the first loads
     for a, f in zip(apart, folded, strict=True):  # folding never changes a CTA's totals

@@ -23,7 +23,12 @@ exception: every CTA waits out their latency at once, before any byte moves, so 
 HBM's capacity byte for byte (the fluid's latency phase; ``full``). On the H200 records
 decode's split kernel at N = 16k, d = 64 reaches 3.0 TB/s with 4.2 MB in flight and 4.3
 TB/s with 16.8 MB; the law gives 3.2 and 4.0 (BENCHMARKS.md, "HBM with few bytes in
-flight")."""
+flight").
+
+**Reads of parts of lines.** A missed byte of a load whose contiguous runs are shorter than
+an L2 line takes ``w = line / run`` bytes of HBM's transfer (``program.hbm_line_cost``), so
+with the latency's share it takes ``w + L B / F``: the waiting period with each request
+served ``w`` times slower. The DRAM bytes stay the bytes read."""
 
 from __future__ import annotations
 
@@ -98,6 +103,12 @@ class CtaCosts:
         # Issued at the start: the prologue's loads and the first ``ahead`` iterations'.
         self.first_load = self.pre_load + np.minimum(self.n, self.ahead) * self.load_it
         self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
+        # The HBM capacity a missed byte of each tensor's loads takes, before the
+        # occupancy (``program.hbm_line_cost``), averaged over its loads: pass A's guess.
+        weighted = _per_tensor(prog, tensors, reps, count, first, weighted=True)[0]
+        loads = self.per_tensor[0]
+        self.tensor_hbm_cost = np.divide(weighted.sum(axis=1), loads.sum(axis=1),
+                                         out=np.ones(tensors), where=loads.sum(axis=1) > 0)
 
     def inflight_bytes(self, slots: int) -> float:
         """Bytes the kernel's ``slots`` resident CTAs have in flight at a time (module
@@ -112,26 +123,32 @@ class CtaCosts:
         CTA's latency factor), the kernel's ``slots`` resident CTAs in flight."""
         return miss_occupancy(self.hw, self.inflight_bytes(slots), self.latency_scale)
 
-    def compulsory_misses(self, tensor_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A first guess of each CTA's (load misses, write-backs): an infinite cache.
+    def compulsory_misses(self, tensor_bytes: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A first guess of each CTA's (load misses, write-backs, HBM capacity of the
+        misses before the occupancy): an infinite cache.
 
         Every block a kernel touches misses once, shared evenly by the CTAs that load it
         (each attention kernel touches all of each tensor it reads), and every stored byte
         is written back once. Pass A orders the L2 replay with this; the replay then counts.
         """
         loads, stores = self.per_tensor  # [tensors, grid]
-        def shared(per_cta):
+        def shared(per_cta, weight=1.0):
             total = per_cta.sum(axis=1, keepdims=True)
             ratio = np.minimum(1.0, np.divide(tensor_bytes[:, None], total,
                                               out=np.zeros_like(total), where=total > 0))
-            return (per_cta * ratio).sum(axis=0)
-        return shared(loads), shared(stores)
+            return (per_cta * ratio * weight).sum(axis=0)
+        return shared(loads), shared(stores), shared(loads, self.tensor_hbm_cost[:, None])
 
     def phases(self, miss: np.ndarray, first_miss: np.ndarray, written: np.ndarray,
-               missed_steps: np.ndarray, burst: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(B, M, K, CP, W)``, each ``[grid, 4]``: latency, first loads, body, last
+               missed_steps: np.ndarray, burst: np.ndarray, miss_cost: np.ndarray | None = None,
+               first_cost: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """``(B, M, K, CP, W, moved)``, each ``[grid, 4]``: latency, first loads, body, last
         stores. ``W`` is the write-backs of dirty blocks the phase's accesses evict: HBM
         bytes that no CTA waits for (the fluid moves them as one flow of the kernel's).
+        ``M`` is the HBM capacity the phase's misses take before the occupancy
+        (``miss_cost``, ``first_cost``: ``program.hbm_line_cost``; the missed bytes where
+        not given), ``moved`` the bytes they are.
 
         Only the CTAs marked in ``burst`` (those that start the first wave together) keep
         their latency and first loads as phases of their own; every other CTA starts as a
@@ -142,9 +159,12 @@ class CtaCosts:
         those wait for HBM's latency, the others for L2's.
         """
         hw = self.hw
+        miss_cost = miss if miss_cost is None else miss_cost
+        first_cost = first_miss if first_cost is None else first_cost
         l2, hbm = hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s
         through = min(l2, sm_port_bytes_per_s(hw))
-        fraction = np.divide(miss, self.load, out=np.zeros_like(miss), where=self.load > 0)
+        # HBM capacity per byte loaded: its share that missed, at its cost
+        fraction = np.divide(miss_cost, self.load, out=np.zeros_like(miss), where=self.load > 0)
         latency = (hw.l2_latency_s + missed_steps * (hw.hbm_latency_s - hw.l2_latency_s)
                    ) * self.latency_scale
 
@@ -164,33 +184,37 @@ class CtaCosts:
         last = self.last_store / through
         separate = last > FOLD * body
         grid = n.shape[0]
-        B, M, K, CP, W = (np.zeros((grid, 4)) for _ in range(5))
+        B, M, K, CP, W, moved = (np.zeros((grid, 4)) for _ in range(6))
         CP[:, 0] = np.where(self.first_load > 0, latency, 0.0)
-        B[:, 1], M[:, 1] = self.first_load, first_miss
-        CP[:, 1] = transfer(self.first_load, first_miss)
+        B[:, 1], M[:, 1], moved[:, 1] = self.first_load, first_cost, first_miss
+        CP[:, 1] = transfer(self.first_load, first_cost)
         B[:, 2] = self.load + self.store - self.first_load - np.where(separate, self.last_store, 0)
-        M[:, 2] = np.maximum(miss - first_miss, 0.0)
+        M[:, 2] = np.maximum(miss_cost - first_cost, 0.0)
+        moved[:, 2] = np.maximum(miss - first_miss, 0.0)
         W[:, 2] = written
         K[:, 2] = self.compute
         CP[:, 2] = np.maximum(body + np.where(separate, 0.0, last), 1e-12)
         B[:, 3] = np.where(separate, self.last_store, 0.0)
         CP[:, 3] = np.where(separate, last, 0.0)
         fold = ~burst & (CP[:, 0] + CP[:, 1] < FOLD * CP[:, 2])
-        for x in (B, M):
+        for x in (B, M, moved):
             x[fold, 2] += x[fold, 1]
         CP[fold, 2] += CP[fold, 0] + CP[fold, 1]
-        for x in (B, M, CP):
+        for x in (B, M, moved, CP):
             x[fold, :2] = 0.0
-        return B, M, K, CP, W
+        return B, M, K, CP, W, moved
 
 
-def _per_tensor(prog: KernelProgram, tensors: int, reps, count,
-                first) -> tuple[np.ndarray, np.ndarray]:
-    """Load and store bytes of every CTA per tensor: two ``[tensors, grid]`` arrays."""
+def _per_tensor(prog: KernelProgram, tensors: int, reps, count, first,
+                weighted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Load and store bytes of every CTA per tensor: two ``[tensors, grid]`` arrays;
+    ``weighted``: each access's bytes times its ``hbm_cost``."""
     out = np.zeros((2, tensors, prog.grid))
     for phase, looped in ((prog.pre, False), (prog.loop, True), (prog.post, False)):
         for row in range(phase.kind.size):
             nbytes = phase.nbytes[row].astype(np.float64)
+            if weighted:
+                nbytes = nbytes * phase.hbm_cost[row]
             if looped:
                 nbytes = segment_sums(nbytes, first, count)[reps]
             out[int(phase.kind[row] == STORE), phase.tensor[row]] += nbytes

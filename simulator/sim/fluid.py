@@ -17,7 +17,8 @@ from the step to the CTA phase:
   phases are folded into the body when together they take under ``costs.FOLD`` of it. Each
   phase needs ``B`` bytes through L2 and its SM's port, ``M`` of HBM's capacity (its L2
   misses, each taking ``costs.miss_occupancy`` bytes of it at the mean latency factor,
-  the latency inside: a later CTA's first misses have their latency phase join their
+  the latency inside, and a read of part of a line the line's transfer
+  (``program.hbm_line_cost``): a later CTA's first misses have their latency phase join their
   transfer's path, while the first wave's, which wait out their latency together, take
   it byte for byte), ``K`` seconds of its SM's compute, and cannot be shorter than its
   critical path ``CP`` alone on the GPU. With ``s`` stages,
@@ -327,8 +328,10 @@ class FluidEngine:
         first = _jobs(prog.grid, slots, loopless)
         saved, stats_before = cache.snapshot(), cache.stats.copy()
         # Pass A: each CTA one phase, compulsory misses only.
-        miss, written = costs.compulsory_misses(cache.layout.tensor_bytes)
+        miss, written, miss_cost = costs.compulsory_misses(cache.layout.tensor_bytes)
         fraction = np.divide(miss, costs.load, out=np.zeros(prog.grid), where=costs.load > 0)
+        cost_fraction = np.divide(miss_cost, costs.load, out=np.zeros(prog.grid),
+                                  where=costs.load > 0)
         burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
         burst[first[:slots]] = True
         # The HBM capacity a missed byte takes (``costs.miss_occupancy``), at the mean
@@ -340,14 +343,15 @@ class FluidEngine:
         def charged(phases):
             # Any other CTA's first misses pay their latency inside the charge (as in the
             # full engine): their latency phase joins their transfer's critical path.
-            B, M, K, CP, W = phases
+            B, M, K, CP, W, moved = phases
             inside = ~burst & (M[:, 1] > 0)
             CP = CP.copy()
             CP[inside, 1] += CP[inside, 0]
             CP[inside, 0] = 0.0
-            return B, M * charge, K, CP, W, M
+            return B, M + moved * (charge - 1.0), K, CP, W, moved
 
-        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst)
+        phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst,
+                              miss_cost, costs.first_load * cost_fraction)
         timed = self._fluid(slots, first,
                             *(p.sum(axis=1, keepdims=True) for p in charged(phases)))
         events, tiles = timed.events, 0
@@ -355,13 +359,13 @@ class FluidEngine:
             start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
             if attempt:
                 cache.restore(saved)
-            hit, miss, written, first_miss, steps, missed, looked_up = replay(
-                cache, prog, start, loop_start, end, costs.ahead)
+            (hit, miss, written, first_miss, steps, missed, looked_up, miss_cost,
+             first_cost) = replay(cache, prog, start, loop_start, end, costs.ahead)
             tiles += int(looked_up[0])
             phases = costs.phases(miss.astype(np.float64), first_miss.astype(np.float64),
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
-                                            where=steps > 0), burst)
+                                            where=steps > 0), burst, miss_cost, first_cost)
             final = self._fluid(slots, first, *charged(phases), queued_body=loopless)
             events += final.events
             if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
@@ -390,6 +394,7 @@ class FluidEngine:
             mode="aggregated", hbm_segments=hbm,
             l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
             issued=prog.totals()["work"].sum(axis=1),
+            hbm_line_extra_bytes=float(miss_cost.sum() - miss.sum()),
         ))
 
     def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W, moved,

@@ -25,8 +25,9 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   and far L2 slices: without a spread, identical CTAs stay in lock-step). With few bytes
   in flight HBM does not reach its rate (``costs``, Little's law with the queue): each
   missed byte takes ``costs.miss_occupancy`` bytes of its capacity, the CTA's latency
-  inside, so a miss's data is there when HBM has moved its charge, or its latency after
-  its transfers at the rate it got, whichever is later: a lone load pays the latency once,
+  inside (and a read of part of a line the line's transfer: ``program.hbm_line_cost``),
+  so a miss's data is there when HBM has moved its charge, or its latency after its
+  transfers at the rate it got, whichever is later: a lone load pays the latency once,
   one in a queue has paid it queueing. Write-backs of
   evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
   and are not waited for, except that a CTA retires only once its stores have been
@@ -64,6 +65,7 @@ class _Requests:
         self.rows = rows
         self.mask = phase.mask[rows].T  # [units, k]
         self.bytes = phase.nbytes[rows].sum(axis=0)  # [units]
+        self.hbm_cost = phase.hbm_cost[rows]  # [k] program.hbm_line_cost
         tiles = np.zeros((phase.units, rows.size, TILE_FIELDS), dtype=np.int64)
         tiles[:, :, 0] = phase.tensor[rows]
         tiles[:, :, 1] = phase.plane[rows].T
@@ -75,11 +77,13 @@ class _Requests:
         self.tiles = tiles
         self.offsets = None if offsets is None else offsets[rows].T  # [grid, k]
 
-    def tiles_of(self, unit: int, cta: int) -> np.ndarray:
-        tiles = self.tiles[unit][self.mask[unit]]
+    def tiles_of(self, unit: int, cta: int) -> tuple[np.ndarray, np.ndarray]:
+        """The unit's tiles (rows of ``TILE_FIELDS``) and each one's ``hbm_cost``."""
+        mask = self.mask[unit]
+        tiles = self.tiles[unit][mask]
         if self.offsets is not None:
-            tiles[:, 1] += self.offsets[cta][self.mask[unit]]
-        return tiles
+            tiles[:, 1] += self.offsets[cta][mask]
+        return tiles, self.hbm_cost[mask]
 
 
 class FullEngine:
@@ -130,7 +134,7 @@ class FullEngine:
             # The HBM capacity a missed byte takes, per CTA (``costs.miss_occupancy``);
             # the first wave's first loads (CTAs below ``slots``) take it byte for byte.
             self.first_wave, self.occupancy = slots, costs.miss_occupancy(slots).tolist()
-            self.hbm_moved = self.hbm_charged = 0.0
+            self.hbm_moved = self.hbm_charged = self.line_extra = 0.0
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
             flushed = self.cache.flush()
             # record.KernelRun: why, and why not after the last
@@ -150,7 +154,7 @@ class FullEngine:
                                        self.hbm_moved / max(self.hbm_charged, 1.0)),
                 l2_segments=_segments(self.l2, l2_log),
                 unit_s=prog.totals()["unit_s"].sum(axis=1),
-                issued=prog.totals()["work"].sum(axis=1),
+                issued=prog.totals()["work"].sum(axis=1), hbm_line_extra_bytes=self.line_extra,
             ))
             self.tiles = 0
 
@@ -203,17 +207,19 @@ class FullEngine:
     # -- memory ------------------------------------------------------------------------
 
     def _access(self, phase: str, kind: int, cta: int, unit: int):
-        """Look the unit's tiles of ``kind`` up in L2; (bytes, missed bytes) or None."""
+        """Look the unit's tiles of ``kind`` up in L2; (bytes, missed bytes, the HBM
+        capacity the misses take before the occupancy: ``program.hbm_line_cost``) or
+        None."""
         req = self.req[(phase, kind)]
         if not req.bytes[unit]:
             return None
-        tiles = req.tiles_of(unit, cta)
+        tiles, cost = req.tiles_of(unit, cta)
         self.tiles += tiles.shape[0]
         out = self.cache.access(tiles)
         hit, miss, written = (int(x) for x in out.sum(axis=0))
         if written:
             self._hbm(written, 1.0, _nothing)  # write-backs: nobody waits
-        return int(req.bytes[unit]), miss
+        return int(req.bytes[unit]), miss, float(out[:, 1] @ cost) if miss else 0.0
 
     def _hbm(self, nbytes: int, occupancy: float, done) -> None:
         """Move ``nbytes`` through HBM, each taking ``occupancy`` bytes of its capacity."""
@@ -227,7 +233,7 @@ class FullEngine:
         moved = self._access(phase, LOAD, cta, unit)
         if moved is None:
             return None
-        total, miss = moved
+        total, miss, cost = moved
         arrived = self.env.event()
         scale = self.latency_scale[cta]
         latency = (self.hw.hbm_latency_s if miss else self.hw.l2_latency_s) * scale
@@ -246,15 +252,20 @@ class FullEngine:
         def part_done() -> None:
             transferred(self.env.now)
 
+        # HBM's capacity the misses take: their transfer's (``cost``) and the latency's
+        # share of the occupancy (``costs.miss_occupancy``: ``1 + L B / F`` a byte).
+        charge = cost + miss * (occupancy - 1.0)
+
         def hbm_done() -> None:
-            # HBM moved ``miss * occupancy`` bytes since the issue: its transfer at the rate
-            # it got took the occupancy's share of that time, the rest the latency.
-            transferred(issued + (self.env.now - issued) / occupancy)
+            # HBM gave ``charge`` bytes of its capacity since the issue: the transfer took
+            # ``cost``'s share of that time, the rest the latency.
+            transferred(issued + (self.env.now - issued) * cost / charge)
 
         self.l2.start(total, part_done)
         self.ports[sm].start(total, part_done)
         if miss:
-            self._hbm(miss, occupancy, hbm_done)
+            self.line_extra += cost - miss
+            self._hbm(miss, charge / miss, hbm_done)
         return arrived
 
     def _store(self, phase: str, cta: int, unit: int, sm: int, pending: list) -> None:

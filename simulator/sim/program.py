@@ -46,6 +46,22 @@ N = 16k, causal, with 4 warps issues 2,253 instructions a warp for its one row: 
 5.19 cycles each, where its units would do the row's work in 0.8 us; measured, its CTAs
 took 8.9 us each (two resident per SM; the H200 records).
 
+**HBM reads of parts of lines** (``hbm_line_cost``). A load whose contiguous runs of bytes
+are shorter than an L2 line (the preset's ``l2_line_bytes``, 128 B) misses a part of each
+line, and HBM serves that part in the time of the whole line: each missed byte takes
+``line / run`` bytes of its capacity (``costs``), the DRAM bytes counted as they are. A
+tile's run is one of its rows, or the whole tile where its rows are whole rows of the
+tensor (Q, K, V, O and their gradients in every schedule); the run is rounded up to the
+32-byte sectors L2 moves. Naive attention's P·V at ``BN = 32`` reads P (N x N, bf16) in
+rows of 64 B, half a line each, and reads the other half an iteration later, when the
+first fetch has long completed. On the H200 (the records of 2026-11-30) it read P at
+2.27-2.33 TB/s at every N from 1k to 16k, where the same kernel at ``BN = 64`` (128-byte
+rows) read it at 3.8 TB/s and HBM's effective rate is 4.40; the rule gives 2.20. What
+limits it (row activations, or the memory controller's requests per second) is not
+modelled, only the cost. Stores are whole lines by the time L2 writes them back: a kernel
+that writes S in 64-byte rows writes the other half of each line from the next CTA at
+about the same time.
+
 Within a phase the engines issue all loads together, run the compute when they have
 arrived, then issue the stores; every schedule's phases are written in that order.
 """
@@ -56,7 +72,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.hardware import Hardware
+from simulator.hardware import L2_SECTOR_BYTES, Hardware
 from simulator.occupancy import CompiledResources, Residency, kernel_residency
 from simulator.sim.compute import UNITS, busy_seconds, path_seconds, unit_seconds, uses_wgmma
 from traces.schedules import Schedule
@@ -78,6 +94,9 @@ class Phase:
     row_block: np.ndarray  # [k, u]
     col_block: np.ndarray  # [k, u]
     nbytes: np.ndarray  # [k, u] valid bytes moved, 0 where masked
+    # [k] HBM capacity each missed byte of the access takes, before ``costs.miss_occupancy``
+    # (``hbm_line_cost``: more than 1 where a load's rows are shorter than a line)
+    hbm_cost: np.ndarray
     work: np.ndarray  # [3, u] tensor FLOPs, exps, other FLOPs issued (Compute.issued)
     unit_s: np.ndarray  # [4, u] seconds of tensor cores, exp unit, FP32 ALUs, shared memory
     compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
@@ -181,7 +200,10 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         tile_rows=np.array([s.tile_rows for s in accesses], dtype=np.int64),
         tile_cols=np.array([s.tile_cols for s in accesses], dtype=np.int64),
         mask=mask, plane=plane, row_block=row_block, col_block=col_block,
-        nbytes=np.where(mask, nbytes, 0), work=np.zeros((3, units)),
+        nbytes=np.where(mask, nbytes, 0),
+        hbm_cost=np.array([hbm_line_cost(s, schedule.tensors[s.tensor], hw) for s in accesses],
+                          dtype=np.float64),
+        work=np.zeros((3, units)),
         unit_s=np.zeros((len(UNITS), units)),
         compute_s=np.zeros(units), path_s=np.zeros(units), pipe_bytes=np.zeros(units, np.int64),
     )
@@ -208,6 +230,22 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         phase.compute_s += busy_seconds(seconds, hw)
         phase.path_s += path_seconds(seconds, schedule.tiling.num_warps, hw)
     return phase
+
+
+def hbm_line_cost(access: Access, tensor, hw: Hardware) -> float:
+    """HBM capacity one missed byte of ``access`` takes, in bytes (module docstring, "HBM
+    reads of part of a line"): ``line / segment`` for a load whose contiguous run of bytes
+    (a tile row, or the whole tile where its rows are whole rows of the tensor), rounded
+    up to 32-byte sectors as L2 moves it, is shorter than the preset's ``l2_line_bytes``;
+    1 otherwise and for stores."""
+    if access.kind != LOAD:
+        return 1.0
+    if access.tile_cols < tensor.cols:
+        segment = access.tile_cols * tensor.elem_bytes
+    else:
+        segment = access.tile_rows * tensor.cols * tensor.elem_bytes
+    sectors = -(-segment // L2_SECTOR_BYTES) * L2_SECTOR_BYTES
+    return max(1.0, hw.l2_line_bytes / sectors)
 
 
 def staged_bytes(phase: Phase, tile_bytes: np.ndarray) -> np.ndarray:

@@ -66,6 +66,9 @@ class KernelRun:
     # Another program's dirty data this kernel's allocations evicted and wrote to DRAM
     # (``l2.L2Cache.fill_foreign``): HBM time of the kernel's, bytes of no tensor of its.
     foreign_writeback_bytes: int = 0
+    # HBM time its reads of parts of lines took beyond their bytes, in bytes at HBM's
+    # rate (``program.hbm_line_cost``): busy time of HBM's that moved nothing counted.
+    hbm_line_extra_bytes: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -83,6 +86,12 @@ class KernelRun:
     def hbm_bytes(self) -> int:
         """Every byte the kernel moved between L2 and DRAM, foreign write-backs included."""
         return self.dram_read + self.dram_write + self.foreign_writeback_bytes
+
+    @property
+    def hbm_busy_bytes(self) -> float:
+        """HBM's busy time in bytes at its rate: ``hbm_bytes`` and what reads of parts of
+        lines took beyond theirs."""
+        return self.hbm_bytes + self.hbm_line_extra_bytes
 
     @property
     def l2_hit(self) -> int:

@@ -31,7 +31,7 @@ BOUND_UTILIZATION = 0.5
 
 def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float]:
     hw, t = sim.hardware, np.float64(run.time_s)  # numpy float: overflow is inf, not an error
-    dram = run.hbm_bytes
+    dram = run.hbm_busy_bytes
     moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
     slot_time = float((run.cta_end - run.cta_start).sum())
     # A what-if with absurd rates (--set exp_ops_per_s=1e-300) makes rate x time overflow to

@@ -31,12 +31,14 @@ MAX_STEPS = 2_000_000
 
 def _combined(prog: KernelProgram) -> tuple:
     """The three phases in one table: static step arrays ``[4, 3, k]`` (kind, tensor, tile
-    rows, tile cols per phase) and per-unit arrays ``[.., k, units]`` with the prologue's
-    CTAs, the loop's units and the epilogue's CTAs side by side (rows beyond a phase's
-    steps are masked off), and the first unit of each phase."""
+    rows, tile cols per phase) and ``[3, k]`` (the HBM capacity a missed byte of the step
+    takes, ``program.hbm_line_cost``), per-unit arrays ``[.., k, units]`` with the
+    prologue's CTAs, the loop's units and the epilogue's CTAs side by side (rows beyond a
+    phase's steps are masked off), and the first unit of each phase."""
     phases = (prog.pre, prog.loop, prog.post)
     k = max(max(p.kind.size for p in phases), 1)
     static = np.zeros((4, 3, k), dtype=np.int64)
+    cost = np.ones((3, k))
     units = sum(p.units for p in phases)
     mask = np.zeros((k, units), dtype=bool)
     coords = np.zeros((3, k, units), dtype=np.int64)  # plane, row block, col block
@@ -46,11 +48,13 @@ def _combined(prog: KernelProgram) -> tuple:
         order = np.argsort(p.kind == STORE, kind="stable")  # loads first, then stores
         for j, values in enumerate((p.kind, p.tensor, p.tile_rows, p.tile_cols)):
             static[j, i, :rows] = values[order]
+        cost[i, :rows] = p.hbm_cost[order]
         mask[:rows, at:at + p.units] = p.mask[order]
         for j, values in enumerate((p.plane, p.row_block, p.col_block)):
             coords[j, :rows, at:at + p.units] = values[order]
         at += p.units
-    return static, mask, coords, np.array([0, prog.pre.units, prog.pre.units + prog.loop.units])
+    return (static, cost, mask, coords,
+            np.array([0, prog.pre.units, prog.pre.units + prog.loop.units]))
 
 
 def _loop_order(prog: KernelProgram) -> np.ndarray:
@@ -63,28 +67,32 @@ def replay(cache: L2Cache, prog: KernelProgram, start: np.ndarray, loop_start: n
     """Run the kernel's accesses through ``cache``.
 
     Returns per-CTA arrays: hit, miss, written-back and early-miss bytes, steps that load,
-    steps that missed; and a one-element array with the number of tiles looked up.
+    steps that missed; a one-element array with the number of tiles looked up; then per
+    CTA the HBM capacity its misses and its early misses take (``program.hbm_line_cost``,
+    before ``costs.miss_occupancy``).
     """
     grid = prog.grid
-    results = tuple(np.zeros(grid, dtype=np.int64) for _ in range(6)) + (np.zeros(1, np.int64),)
+    results = (tuple(np.zeros(grid, dtype=np.int64) for _ in range(6))
+               + (np.zeros(1, np.int64), np.zeros(grid), np.zeros(grid)))
     group = max(1, -(-prog.iterations // MAX_STEPS))
     room = BUFFER_TILES + max(prog.pre.kind.size, group * prog.loop.kind.size,
                               prog.post.kind.size, 1)
     buffer = np.zeros((room, TILE_FIELDS), dtype=np.int64)
     owner = np.zeros((room, 2), dtype=np.int64)  # tag, step serial
     out = np.zeros((room, 3), dtype=np.int64)
+    weight = np.ones(room)  # per tile: HBM capacity per missed byte
     order = np.argsort(start, kind="stable").astype(np.int64)
     _replay(cache.state(), cache.layout.arrays(), order, start.astype(np.float64),
             loop_start.astype(np.float64), end.astype(np.float64), prog.loop_count,
             prog.period, prog.loop_first, prog.plane_offset[_loop_order(prog)],
             *_combined(prog), ahead, group,
-            buffer, owner, out, *results)
+            buffer, owner, out, weight, *results)
     return results
 
 
 @njit(cache=True)
-def _drain(state, layout, buffer, owner, out, count, hit, miss, written, early, steps,
-           missed, tiles):  # pragma: no cover - numba
+def _drain(state, layout, buffer, owner, out, weight, count, hit, miss, written, early, steps,
+           missed, tiles, cost, early_cost):  # pragma: no cover - numba
     touch_tiles(state, layout, buffer, count, out)
     tiles[0] += count
     loaded = False
@@ -94,8 +102,10 @@ def _drain(state, layout, buffer, owner, out, count, hit, miss, written, early, 
         if c < 0:
             c = -1 - c
             early[c] += out[j, 1]
+            early_cost[c] += out[j, 1] * weight[j]
         hit[c] += out[j, 0]
         miss[c] += out[j, 1]
+        cost[c] += out[j, 1] * weight[j]
         written[c] += out[j, 2]
         if buffer[j, 6] == 0:
             loaded = True
@@ -112,8 +122,9 @@ def _drain(state, layout, buffer, owner, out, count, hit, miss, written, early, 
 
 @njit(cache=True)
 def _replay(state, layout, order, start, loop_start, end, loop_count, period, loop_first,
-            offsets, static, mask, coords, base, ahead, group, buffer, owner, out, hit, miss,
-            written, early, steps, missed, tiles):  # pragma: no cover - numba
+            offsets, static, cost_of, mask, coords, base, ahead, group, buffer, owner, out,
+            weight, hit, miss, written, early, steps, missed, tiles, cost,
+            early_cost):  # pragma: no cover - numba
     """Merge the CTAs' steps by time (a heap of the resident CTAs) and look them up.
 
     A CTA's stations: 0 the prologue, 1 .. last - 1 ``group`` loop iterations each, ``last``
@@ -171,6 +182,7 @@ def _replay(state, layout, order, start, loop_start, end, loop_count, period, lo
                     buffer[count, 4] = static[2, ph, k]
                     buffer[count, 5] = static[3, ph, k]
                     buffer[count, 6] = static[0, ph, k] == STORE
+                    weight[count] = cost_of[ph, k]
                     owner[count, 0] = tag
                     owner[count, 1] = serial
                     count += 1
@@ -197,8 +209,8 @@ def _replay(state, layout, order, start, loop_start, end, loop_count, period, lo
         if size > 0:
             ht[i], hc[i] = t, c
         if count >= BUFFER_TILES:
-            _drain(state, layout, buffer, owner, out, count, hit, miss, written, early, steps,
-                   missed, tiles)
+            _drain(state, layout, buffer, owner, out, weight, count, hit, miss, written, early,
+                   steps, missed, tiles, cost, early_cost)
             count = 0
-    _drain(state, layout, buffer, owner, out, count, hit, miss, written, early, steps, missed,
-           tiles)
+    _drain(state, layout, buffer, owner, out, weight, count, hit, miss, written, early, steps,
+           missed, tiles, cost, early_cost)
