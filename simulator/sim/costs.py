@@ -105,10 +105,11 @@ class CtaCosts:
         self.per_tensor = _per_tensor(prog, tensors, reps, count, first)
         # The HBM capacity a missed byte of each tensor's loads takes, before the
         # occupancy (``program.hbm_line_cost``), averaged over its loads: pass A's guess.
-        weighted = _per_tensor(prog, tensors, reps, count, first, weighted=True)[0]
-        loads = self.per_tensor[0]
-        self.tensor_hbm_cost = np.divide(weighted.sum(axis=1), loads.sum(axis=1),
-                                         out=np.ones(tensors), where=loads.sum(axis=1) > 0)
+        self.tensor_hbm_cost = np.ones(tensors)
+        if any((p.hbm_cost != 1.0).any() for p in (prog.pre, prog.loop, prog.post)):
+            weighted = _per_tensor(prog, tensors, reps, count, first, weighted=True)[0]
+            loads = self.per_tensor[0].sum(axis=1)
+            np.divide(weighted.sum(axis=1), loads, out=self.tensor_hbm_cost, where=loads > 0)
 
     def inflight_bytes(self, slots: int) -> float:
         """Bytes the kernel's ``slots`` resident CTAs have in flight at a time (module
