@@ -417,6 +417,18 @@ def sass_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, int | 
     return (*found, straight_instructions(sass))
 
 
+def _sass_code(sass: str) -> list[tuple[int, str]]:
+    """The SASS instructions as ``(address, instruction)``, in order."""
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
+
+
+def _loops(code: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """The spans ``(first address, backward branch's address)`` that backward branches
+    close in ``code`` (``_sass_code``)."""
+    return [(int(m.group(1), 16), addr) for addr, op in code
+            if (m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr]
+
+
 def main_loop_body(sass: str) -> list[str] | None:
     """The SASS instructions of one iteration of a kernel's main loop, in order; None if
     the SASS has no loop with matmuls.
@@ -424,9 +436,8 @@ def main_loop_body(sass: str) -> list[str] | None:
     Loops are the spans a backward branch closes; the kernels' innermost loops with matmuls
     (``HGMMA``/``HMMA``) are copies of one loop body, masked and unmasked, and the main loop
     is the copy with the fewest instructions: masking only adds some."""
-    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
-    loops = [(int(m.group(1), 16), addr) for addr, op in code
-             if (m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr]
+    code = _sass_code(sass)
+    loops = _loops(code)
     innermost = [(lo, hi) for lo, hi in loops
                  if not any(lo < a and b < hi for a, b in loops if (a, b) != (lo, hi))]
     best = None
@@ -468,9 +479,8 @@ def straight_instructions(sass: str) -> int | None:
     loop (a backward branch) or no such ``EXIT``. What follows that ``EXIT`` is never
     issued on the way through: the final branch to itself, and the code of branches that
     are rarely taken."""
-    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _SASS_LINE.finditer(sass)]
-    if any((m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr
-           for addr, op in code):
+    code = _sass_code(sass)
+    if _loops(code):
         return None
     issued = 0
     for _, op in code:
