@@ -234,7 +234,7 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
 
 def hbm_line_cost(access: Access, tensor, hw: Hardware) -> float:
     """HBM capacity one missed byte of ``access`` takes, in bytes (module docstring, "HBM
-    reads of part of a line"): ``line / segment`` for a load whose contiguous run of bytes
+    reads of parts of lines"): ``line / segment`` for a load whose contiguous run of bytes
     (a tile row, or the whole tile where its rows are whole rows of the tensor), rounded
     up to 32-byte sectors as L2 moves it, is shorter than the preset's ``l2_line_bytes``;
     1 otherwise and for stores."""
