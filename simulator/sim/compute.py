@@ -15,8 +15,8 @@ divided evenly over the SMs:
   plus the bytes any kernel with matmuls moves through it to stage its tiles
   (``program.staged_bytes``: every tile loaded is written into it, every tile stored
   written and read back) and the global loads and stores of those tiles, which the same
-  pipe carries (``program.global_pipe_bytes``: every stored tile once more, and every tile
-  loaded through registers rather than by ``cp.async``), at
+  pipe carries (``program.global_pipe_bytes``: every stored tile, and every tile loaded
+  through registers rather than by ``cp.async``, two passes a byte), at
   ``smem_bandwidth_bytes_per_clk_per_sm x sm_clock_hz``, and
   the warp shuffles of the kernel's row reductions, a clock each (``mma_layout.shuffles``).
   Measured on the H200, this traffic is what holds back small mma.sync tiles: a 32 x 32

@@ -18,7 +18,7 @@ iteration), into seconds of the tensor cores, the exp unit, the FP32 ALUs and th
 memory of one SM (for a kernel with matmuls: its tiles' staging — each loaded tile written
 into shared memory, each stored tile written and read back for coalesced stores — and the
 global loads and stores of those tiles, which pass through the same pipe (each stored
-tile, and each tile loaded through registers outside a pipelined loop, once more;
+tile, and each tile loaded through registers outside a pipelined loop, twice more;
 ``global_pipe_bytes``), charged to the phase's first compute step, or to a step of its own
 in a phase without one; ``staged_bytes``; the shuffles of its row reductions; where its
 matmuls are mma.sync, their operand reads, which wgmma makes outside that pipe; and, in
@@ -101,8 +101,9 @@ class Phase:
     unit_s: np.ndarray  # [4, u] seconds of tensor cores, exp unit, FP32 ALUs, shared memory
     compute_s: np.ndarray  # [u] seconds the units are busy (compute.busy_seconds), summed
     path_s: np.ndarray  # [u] critical-path seconds, summed over the compute steps
-    # [u] bytes of global loads and stores the L1 data pipe moves beside shared memory's
-    # (``global_pipe_bytes``; in kernels with matmuls, where the pipe is timed; else 0)
+    # [u] bytes of global loads and stores the L1 data pipe moves beside shared memory's,
+    # each ``GLOBAL_PIPE_PASSES`` times (``global_pipe_bytes``; in kernels with matmuls,
+    # where the pipe is timed; else 0)
     pipe_bytes: np.ndarray
 
     @property
@@ -213,7 +214,8 @@ def _evaluate(steps: list, evaluated: tuple[np.ndarray, np.ndarray], schedule: S
         tile_bytes = np.array([s.tile_rows * s.tile_cols * schedule.tensors[s.tensor].elem_bytes
                                for s in accesses], dtype=np.int64)
         phase.pipe_bytes = global_pipe_bytes(phase, tile_bytes, pipelined)
-        staged = (staged_bytes(phase, tile_bytes) + phase.pipe_bytes).astype(np.float64)
+        staged = (staged_bytes(phase, tile_bytes)
+                  + GLOBAL_PIPE_PASSES * phase.pipe_bytes).astype(np.float64)
     if spilled:
         staged = (0.0 if staged is None else staged) + np.full(units, float(spilled))
     computes = [k for k, step in enumerate(steps) if not isinstance(step, Access)]
@@ -264,20 +266,31 @@ def _tiles_per_unit(phase: Phase, tile_bytes: np.ndarray, passes: np.ndarray) ->
     return (factor[:, None] * phase.mask).sum(axis=0, dtype=np.int64)
 
 
+# Passes of the L1 data pipe each byte of a global load through registers (``LDG``) or a
+# global store (``STG``) takes (``global_pipe_bytes``), where a byte of shared memory or of
+# ``cp.async`` takes one. Counted from Nsight Compute's LSU wavefronts, not fitted
+# (``validation/records/raw/h200-stalls-2026-11-30``, ``tests/test_mma_layout.py``): naive
+# QK^T, whose loads and stores are all of that kind, kept the pipe busy 1.14-1.72 times
+# what the model gave it at one pass, 0.91-1.19 times at two, the range of the mma.sync
+# launches that move none (0.74-1.21). Which of the pipe's stages takes the second pass
+# no source we have says.
+GLOBAL_PIPE_PASSES = 2
+
+
 def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> np.ndarray:
-    """Bytes per unit of ``phase`` that a kernel's global loads and stores of whole tiles
-    move through the L1 data pipe beside their staging (``staged_bytes``):
-    every stored tile once more (``STG``, after its trip through shared memory); every
-    loaded tile once more where it comes through registers (``LDG``, then ``STS`` into
-    shared memory: outside a loop, which Triton does not pipeline), not in a pipelined loop
+    """Bytes per unit of ``phase`` of the global loads and stores of whole tiles that pass
+    through the L1 data pipe beside their staging (``staged_bytes``; each byte takes
+    ``GLOBAL_PIPE_PASSES`` of the pipe's): every stored tile (``STG``, after its trip
+    through shared memory); every loaded tile that comes through registers (``LDG``, then
+    ``STS`` into shared memory: outside a loop, which Triton does not pipeline), not in a
+    pipelined loop
     (``LDGSTS``, ``cp.async``: global to shared memory in one pass, the staging's). Read
     from our sm_90 compiles: naive_qk loads Q and K with ``LDG.E.128`` and ``STS.128`` and
     stores S with ``STG.E.128`` after ``STSM``/``LDS``; naive_pv loads its P and V tiles in
     its loop with ``LDGSTS.E.BYPASS.128``; wgmma tilings of both do the same (naive_qk at
     64 x 64: ``LDG.E.128``, ``STS.128``, ``LDSM``, ``STG.E.128``). On the H200
     (``validation/records/raw/h200-stalls-2026-11-30``) naive_qk kept the L1 data pipe
-    86-96% busy where its shared bytes account for 30-63%, naive_pv (no such loads, one
-    small store) 19-69% where they account for 16-64%."""
+    86-97% busy, its shared-memory bytes alone 30-63%."""
     through = (phase.kind == STORE) | ((phase.kind == LOAD) & (not pipelined))
     return _tiles_per_unit(phase, tile_bytes, through)
 
