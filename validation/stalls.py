@@ -22,8 +22,9 @@ reads such a folder back and derives what the compute model needs from it:
   reads and writes, and the warp shuffles, go through it) against the math pipes
   together. The pipe's share is its LSU wavefronts' percent of peak
   (``l1tex__data_pipe_lsu_wavefronts``), one a clock: what the model's ``smem`` unit times
-  for an mma.sync kernel (its bytes / 128 plus its shuffles; in our mma.sync launches the
-  wavefronts were 0.83-1.26 times that). Where a profile lacks it, the shared-memory
+  for an mma.sync kernel (its bytes / 128, global loads and stores through registers
+  twice, plus its shuffles; in the 46 mma.sync launches of the H200 stall profiles the
+  wavefronts were 0.74-1.21 times that). Where a profile lacks it, the shared-memory
   bytes (Nsight Compute's ``sm__sass_data_bytes_mem_shared`` of the same config and kernel
   in the matrix run's records, ``--records``) over the launch's duration at the preset's
   bytes per clock, at the clock the launch ran. The math pipes' share is their busy share
