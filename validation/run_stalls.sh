@@ -47,8 +47,12 @@ PYTHONPATH=$PWD:${PYTHONPATH#.:} python3 /tmp/precompile_ids.py "$IDS" >"$OUT/pr
 # Only the sections this ncu knows (an unknown name would stop ncu before it profiles).
 ncu --list-sections >"$OUT/sections.txt" 2>&1
 SECTIONS=()
+# MemoryWorkloadAnalysis_Tables: the L1 data pipe's wavefronts by instruction kind (shared
+# loads and stores, global loads and stores) and shared memory's bank conflicts, which say
+# which of them takes the pipe's second pass a byte of LDG/STG the model charges
+# (simulator/sim/program.py, GLOBAL_PIPE_PASSES) and what else wgmma launches move there.
 for s in SpeedOfLight ComputeWorkloadAnalysis InstructionStats Occupancy WarpStateStats \
-         SchedulerStats LaunchStats MemoryWorkloadAnalysis; do
+         SchedulerStats LaunchStats MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables; do
     grep -qw "$s" "$OUT/sections.txt" && SECTIONS+=(--section "$s")
 done
 
