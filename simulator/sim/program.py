@@ -283,8 +283,8 @@ def global_pipe_bytes(phase: Phase, tile_bytes: np.ndarray, pipelined: bool) -> 
     ``GLOBAL_PIPE_PASSES`` of the pipe's): every stored tile (``STG``, after its trip
     through shared memory); every loaded tile that comes through registers (``LDG``, then
     ``STS`` into shared memory: outside a loop, which Triton does not pipeline), not in a
-    pipelined loop
-    (``LDGSTS``, ``cp.async``: global to shared memory in one pass, the staging's). Read
+    pipelined loop (``LDGSTS``, ``cp.async``: global to shared memory in one pass, the
+    staging's). Read
     from our sm_90 compiles: naive_qk loads Q and K with ``LDG.E.128`` and ``STS.128`` and
     stores S with ``STG.E.128`` after ``STSM``/``LDS``; naive_pv loads its P and V tiles in
     its loop with ``LDGSTS.E.BYPASS.128``; wgmma tilings of both do the same (naive_qk at
