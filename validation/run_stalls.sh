@@ -48,9 +48,9 @@ PYTHONPATH=$PWD:${PYTHONPATH#.:} python3 /tmp/precompile_ids.py "$IDS" >"$OUT/pr
 ncu --list-sections >"$OUT/sections.txt" 2>&1
 SECTIONS=()
 # MemoryWorkloadAnalysis_Tables: the L1 data pipe's wavefronts by instruction kind (shared
-# loads and stores, global loads and stores) and shared memory's bank conflicts, which say
-# which of them takes the pipe's second pass a byte of LDG/STG the model charges
-# (simulator/sim/program.py, GLOBAL_PIPE_PASSES) and what else wgmma launches move there.
+# loads and stores, global loads and stores) and shared memory's bank conflicts. They tell
+# where the second pass goes that the model charges each byte of LDG and STG
+# (simulator/sim/program.py, GLOBAL_PIPE_PASSES), and what else wgmma launches move there.
 for s in SpeedOfLight ComputeWorkloadAnalysis InstructionStats Occupancy WarpStateStats \
          SchedulerStats LaunchStats MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables; do
     grep -qw "$s" "$OUT/sections.txt" && SECTIONS+=(--section "$s")
