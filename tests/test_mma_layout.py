@@ -31,10 +31,11 @@ RECORDS = Path(__file__).resolve().parents[1] / "validation/records/h200-default
 HW_H200 = load_hardware("h200-sxm")
 
 
-def _stall_launches(hw):
+def _stall_launches(hw, keep=None):
     """``(launch, problem, tiling, kernel, program)`` for every launch of the H200 stall
-    profiles whose config is a record and whose kernel has matmuls; the program is that
-    kernel's alone (``program.kernel_program``)."""
+    profiles whose config is a record and whose kernel has matmuls, and for which
+    ``keep(launch, tiling, kernel)`` holds where given (checked before the program is
+    built); the program is that kernel's alone (``program.kernel_program``)."""
     from validation.stalls import read_folder
 
     records = {r["record_id"]: r for r in read_records(RECORDS)[0]}
@@ -47,15 +48,15 @@ def _stall_launches(hw):
                 rec["tiling"])
             schedule = build_schedule(problem, tiling, rec["schedule"])
             for kernel in schedule.kernels:
-                if kernel.name == launch.kernel and kernel.dots:
+                if (kernel.name == launch.kernel and kernel.dots
+                        and (keep is None or keep(launch, tiling, kernel))):
                     yield launch, problem, tiling, kernel, kernel_program(kernel, schedule, hw)
 
 
 def _wgmma_stall_launches(hw):
     """``_stall_launches`` whose kernel's matmuls compile to wgmma."""
-    for launch, problem, tiling, kernel, prog in _stall_launches(hw):
-        if uses_wgmma(hw, kernel.mma_rows, tiling.num_warps):
-            yield launch, problem, tiling, kernel, prog
+    return _stall_launches(
+        hw, lambda launch, tiling, kernel: uses_wgmma(hw, kernel.mma_rows, tiling.num_warps))
 
 
 @pytest.mark.parametrize("m,n,warps,expected", [
@@ -268,10 +269,11 @@ def test_naive_qk_global_loads_and_stores_take_two_passes_of_the_l1_data_pipe():
     measured 0.91-1.19), and at least 1.1 times what one pass would give (1.14-1.72);
     the mma.sync launches of the other kernels, which move no such bytes, took
     0.74-1.21 times the model's."""
+    def profiled_qk(launch, tiling, kernel):
+        return launch.kernel == "naive_qk" and launch.lsu_pct is not None
+
     launches = 0
-    for launch, problem, tiling, kernel, prog in _stall_launches(HW_H200):
-        if launch.kernel != "naive_qk" or launch.lsu_pct is None:
-            continue
+    for launch, problem, tiling, kernel, prog in _stall_launches(HW_H200, profiled_qk):
         wgmma = uses_wgmma(HW_H200, kernel.mma_rows, tiling.num_warps)
         rate = sm_rates(HW_H200.at_tensor_clock(), problem.dtype, wgmma)[3]
         totals = prog.totals()
