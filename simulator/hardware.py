@@ -21,9 +21,8 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 TENSOR_DTYPES = ("fp16", "bf16", "fp32", "fp8")
-# Overheads may be none; an SM's units may not overlap at all (unit_overlap, smem_overlap 0).
-ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overlap",
-                "smem_overlap")
+# Overheads may be none; an SM's units may not overlap at all (unit_overlap 0).
+ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overlap")
 
 
 # Fields a preset may leave out (the dataclass's default, None, says what that means).
@@ -33,6 +32,12 @@ L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/s
 # would change nothing, so it is refused with the reason.
 NOT_MODELLED = {
     "l2_sector_bytes": "the L2 model counts 32-byte sectors; other sizes are not modelled",
+}
+# Keys earlier versions of the model read, and what took their place: a file that still
+# gives one is refused with the reason rather than read as if it meant the same.
+RETIRED = {
+    "smem_overlap": "retired on 2026-12-05: unit_overlap now covers shared memory's pipe "
+                    "with the math pipes (simulator/sim/compute.py)",
 }
 
 
@@ -81,7 +86,6 @@ class Hardware:
     fp32_flops_per_s: float
     exp_ops_per_s: float
     unit_overlap: float  # share of an SM's non-busiest unit time that overlaps the busiest
-    smem_overlap: float  # share of the shorter of shared-memory and math time that overlaps
     # Kernels
     kernel_launch_overhead_s: float
     iteration_overhead_s: float  # fixed latency of each loop iteration of a CTA
@@ -129,7 +133,7 @@ class Hardware:
             elif f.type == "int" and not isinstance(value, int):
                 raise HardwareError(f'hardware "{self.name}": "{f.name}" must be an integer.')
         for name in ("l2_efficiency", "hbm_efficiency", "tensor_efficiency",
-                     "tensor_sync_efficiency", "unit_overlap", "smem_overlap"):
+                     "tensor_sync_efficiency", "unit_overlap"):
             if getattr(self, name) > 1:
                 low = "[0" if name in ZERO_ALLOWED else "(0"
                 raise HardwareError(f'hardware "{self.name}": "{name}" must be in {low}, 1].')
@@ -224,6 +228,8 @@ def with_overrides(hw: Hardware, overrides: list[str]) -> Hardware:
         field, _, dtype = key.partition(".")
         if field in NOT_MODELLED:
             raise HardwareError(f"--set {key}: {NOT_MODELLED[field]}")
+        if field in RETIRED:
+            raise HardwareError(f"--set {key}: {field} was {RETIRED[field]}")
         if not sep or not text or field not in types or field in ("name", "display_name") \
                 or (field == "tensor_flops_per_s") != bool(dtype):
             raise HardwareError(f'--set takes FIELD=VALUE with a field of `tilesim hardware '
@@ -288,6 +294,10 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     flat = _flatten(table)
     flat.setdefault("name", path.stem)
     flat.setdefault("display_name", flat["name"])
+    retired = sorted(set(flat) & set(RETIRED))
+    if retired:
+        raise HardwareError(f"hardware file {path}: {retired[0]} was {RETIRED[retired[0]]}; "
+                            "delete the key")
     known = {f.name for f in fields(Hardware)}
     unknown = sorted(set(flat) - known)
     if unknown:

@@ -391,3 +391,20 @@ def test_a_toml_with_another_sector_size_is_refused(tmp_path):
     path.write_text(text.replace("l2_sector_bytes = 32", "l2_sector_bytes = 64"))
     with pytest.raises(HardwareError, match="not modelled"):
         load_hardware(path)
+
+
+def test_a_retired_key_is_refused_with_what_took_its_place(tmp_path):
+    """``smem_overlap`` (shared memory's own overlap with the math pipes) was retired when
+    ``unit_overlap`` came to cover all four units: a file that still gives it, or a --set of
+    it, is refused with that reason, not read as if it meant what it did."""
+    text = (PRESET_DIR / "h200-sxm.toml").read_text()
+    path = tmp_path / "old.toml"
+    path.write_text(text.replace("unit_overlap = 0.53", "unit_overlap = 0.19\nsmem_overlap = 0.63"))
+    with pytest.raises(HardwareError, match="smem_overlap was retired on 2026-12-05: "
+                                            "unit_overlap now covers .*; delete the key"):
+        load_hardware(path)
+    with pytest.raises(HardwareError, match="--set smem_overlap: smem_overlap was retired"):
+        with_overrides(load_hardware("h200-sxm"), ["smem_overlap=0.5"])
+    # the calibrated preset committed before the retirement had the key deleted, and loads
+    calibrated = Path(__file__).parent.parent / "validation/records/h200-calibrated-2026-12-04.toml"
+    assert load_hardware(calibrated).unit_overlap == pytest.approx(0.940369)

@@ -1,8 +1,8 @@
 """The compute model: the units' busy time, the CTA's own critical path, iteration overhead.
 
-``simulator.sim.compute`` says a step keeps the SM's math pipes busy for ``max(units) + (1 -
-unit_overlap) x (sum(units) - max(units))`` seconds (``math``), its units with shared memory
-for ``max(math, smem) + (1 - smem_overlap) x min(math, smem)``, and lasts, for its CTA alone,
+``simulator.sim.compute`` says a step keeps the SM's units (tensor, exp and FP32 pipes and
+shared memory's) busy for ``max(units) + (1 - unit_overlap) x (sum(units) - max(units))``
+seconds, and lasts, for its CTA alone,
 ``max(busy, sum(units) / c)`` with ``c`` warps per processing block. The engine tests take
 one CTA alone on the GPU, whose loop is compute-bound, so that every other term cancels
 between two runs that differ only in warps or overhead: the difference in time is the
@@ -41,18 +41,17 @@ def test_busy_time_is_the_busiest_unit_plus_the_share_of_the_others_that_does_no
         3.0 + 0.75 * 3.0, 4.0 + 0.75 * 2.0]
 
 
-def test_shared_memory_overlaps_the_math_pipes_by_its_own_share():
-    # the math pipes as above (5.43 and 5.62 at the preset's unit overlap), then shared
-    # memory: 2 s beside the first step's math (shorter), 9 s beside the second's (longer)
+def test_shared_memory_overlaps_the_math_pipes_as_they_overlap_one_another():
+    # shared memory's 2 s beside the first step's units (not the busiest), 9 s beside the
+    # second's (the busiest): one share for all four units
     with_smem = np.vstack([UNITS, [[2.0, 9.0]]])
-    assert HW.smem_overlap == 0.63
-    assert busy_seconds(with_smem, HW).tolist() == pytest.approx([5.43 + 0.37 * 2.0,
-                                                                  9.0 + 0.37 * 5.62])
-    taking_turns = dataclasses.replace(HW, smem_overlap=0.0)
-    assert busy_seconds(with_smem, taking_turns).tolist() == pytest.approx([7.43, 14.62])
-    assert busy_seconds(with_smem, dataclasses.replace(HW, smem_overlap=1.0)).tolist() == (
-        pytest.approx([5.43, 9.0]))
-    # no shared-memory time (wgmma kernels): the math pipes alone
+    assert HW.unit_overlap == 0.53
+    assert busy_seconds(with_smem, HW).tolist() == pytest.approx([3.0 + 0.47 * 5.0,
+                                                                  9.0 + 0.47 * 6.0])
+    taking_turns = dataclasses.replace(HW, unit_overlap=0.0)
+    assert busy_seconds(with_smem, taking_turns).tolist() == pytest.approx([8.0, 15.0])
+    assert busy_seconds(with_smem, OVERLAPPED).tolist() == pytest.approx([3.0, 9.0])
+    # no shared-memory time: the math pipes alone
     assert busy_seconds(np.vstack([UNITS, [[0.0, 0.0]]]), HW).tolist() == pytest.approx(
         busy_seconds(UNITS, HW).tolist())
 
@@ -61,9 +60,9 @@ def test_two_warps_per_block_overlap_up_to_the_busy_time():
     # max(busy, sum / 2): with full overlap (3, 6/2) and (4, 6/2)
     assert path_seconds(UNITS, 8, OVERLAPPED).tolist() == [3.0, 4.0]
     assert path_seconds(UNITS, 32, OVERLAPPED).tolist() == [3.0, 4.0]  # never below the busiest
-    # with the preset's overlap the busy time is the longer: 3 + 0.81 x 3 and 4 + 0.81 x 2
-    assert HW.unit_overlap == 0.19
-    assert path_seconds(UNITS, 8, HW).tolist() == pytest.approx([5.43, 5.62])
+    # with the preset's overlap the busy time is the longer: 3 + 0.47 x 3 and 4 + 0.47 x 2
+    assert HW.unit_overlap == 0.53
+    assert path_seconds(UNITS, 8, HW).tolist() == pytest.approx([4.41, 4.94])
 
 
 def test_fewer_warps_than_blocks_use_only_part_of_the_sm():
@@ -105,10 +104,12 @@ def test_iteration_overhead_adds_once_per_iteration(mode):
     assert more - base == pytest.approx(n * 1e-6, rel=1e-6)
 
 
-@pytest.mark.parametrize("overlap", [1.0, 0.19, 0.0])
+@pytest.mark.parametrize("overlap", [1.0, 0.53, 0.0])
 def test_resident_ctas_overlap_up_to_the_busy_time(overlap):
     """Many CTAs per SM: time approaches the units' busy time (the busiest unit, plus the
-    share of the others that does not overlap it), not the sum of the CTAs' paths. Three
+    share of the others that does not overlap it), not the sum of the CTAs' paths; where
+    the units overlap so far that one CTA's own path (its units in turn, one warp per
+    processing block) is longer, the resident CTAs' paths side by side. Three
     stages: each CTA's next loads are in flight while it computes (with two, Triton issues
     them after its matmuls, and two CTAs per SM do not cover each one's wait); block_n 32,
     so that two CTAs of three stages fit an SM."""
@@ -117,18 +118,18 @@ def test_resident_ctas_overlap_up_to_the_busy_time(overlap):
     tiling = Tiling(128, 32, 3, 4)
     sim = run(problem, tiling, "fa2", hw, "aggregated")
     (kernel,) = sim.runs
-    # the math pipes' busiest, plus the others' share that does not overlap it; shared
-    # memory (the tiles' staging) overlapping them by its own share (``busy_seconds``)
-    pipes = kernel.unit_s[:3] / hw.sm_count
-    math = pipes.max() + (1 - overlap) * (pipes.sum() - pipes.max())
-    smem = kernel.unit_s[3] / hw.sm_count
-    assert smem > 0
-    busy = max(math, smem) + (1 - hw.smem_overlap) * min(math, smem)
+    # the busiest unit, plus the others' share that does not overlap it, shared memory
+    # (the tiles' staging) among them (``busy_seconds``)
+    units = kernel.unit_s / hw.sm_count
+    assert units[3] > 0
+    busy = units.max() + (1 - overlap) * (units.sum() - units.max())
     total = kernel.unit_s.sum() / hw.sm_count
-    assert kernel.ctas_per_sm >= 2
-    assert busy < kernel.time_s < 1.05 * busy  # measured 1.038-1.045 (loads, the last wave)
+    assert kernel.ctas_per_sm == 2
+    bound = max(busy, total / kernel.ctas_per_sm)
+    assert (bound == busy) == (overlap < 1.0)
+    assert bound < kernel.time_s < 1.05 * bound  # measured 1.033-1.042 (loads, the last wave)
     if overlap == 1.0:
-        assert kernel.time_s < 0.8 * total
+        assert kernel.time_s < 0.6 * total
 
 
 def test_wgmma_needs_sm90_whole_warpgroups_and_rows_in_64s():

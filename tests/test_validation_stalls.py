@@ -1,5 +1,5 @@
-"""Reading run_stalls.sh folders: ncu's raw page per launch, the unit-overlap bound and the
-shared-memory overlap bound.
+"""Reading run_stalls.sh folders: ncu's raw page per launch and the unit-overlap bound over
+the SM's four pipes (tensor, exp, FMA and the L1 data pipe).
 
 The fixture is built from the format ncu writes with ``--csv --page raw --print-units
 base`` (seen on the H200, validation/records/raw/h200-stalls-2026-11-30): its own ``==PROF==``
@@ -26,8 +26,8 @@ COLUMNS = ["ID", "Kernel Name", stalls.DURATION, stalls.TENSOR, stalls.EXP, stal
            stalls.STALL_PREFIX + "wait" + stalls.STALL_SUFFIX,
            stalls.STALL_PREFIX + "barrier" + stalls.STALL_SUFFIX, stalls.LSU, stalls.CLOCK]
 UNITS = ["", "", "ns", "%", "%", "%", "%", "warp", "inst", "inst", "%", "hz"]
-# (kernel, duration ns, tensor, exp, fma, lsu, SM clock Hz): pipes summing 117, 70 and 110
-# percent
+# (kernel, duration ns, tensor, exp, fma, lsu, SM clock Hz): math pipes summing 117, 70 and
+# 110 percent; with the L1 data pipe's LSU wavefronts 147, 155 and 130
 LAUNCHES = [("fa2_fwd", "642,016", 46.3, 49.2, 21.5, 30.0, 1.77e9),
             ("fa2_bwd_dkdv", "2,758,200", 40.0, 20.0, 10.0, 85.0, 1.8e9),
             ("fa2_bwd_dq", "717,300", 60.0, 40.0, 10.0, 20.0, 1.79e9)]
@@ -78,14 +78,43 @@ def test_launches_are_read_in_base_units_and_labelled_by_the_manifest(tmp_path):
 
 
 def test_overlap_bound_is_the_share_beyond_100_percent_of_the_non_busiest_pipes(tmp_path):
-    first, second, third = stalls.read_folder(_write(tmp_path))
+    first, second, third = launches = stalls.read_folder(_write(tmp_path))
+    # four pipes: the L1 data pipe's LSU wavefronts beside the math pipes
+    assert first.all_pipes_pct == {"tensor": 46.3, "exp": 49.2, "fma": 21.5, "data": 30.0}
+    assert first.overlap_bound() == pytest.approx((147.0 - 100.0) / (147.0 - 49.2))
+    assert second.overlap_bound() == pytest.approx(55.0 / 70.0)  # the data pipe busiest
+    assert third.overlap_bound() == pytest.approx(30.0 / 70.0)
+    summary = stalls.overlap_summary(launches)
+    assert summary["launches"] == 3 and summary["n"] == 3
+    assert summary["median"] == pytest.approx(47.0 / 97.8)
+    assert (summary["min"], summary["max"]) == (pytest.approx(30.0 / 70.0),
+                                                pytest.approx(55.0 / 70.0))
+    # where the data pipe's share is not known: the math pipes alone
+    for launch in launches:
+        launch.lsu_pct = None
+    assert first.all_pipes_pct == first.pipes_pct
     assert first.overlap_bound() == pytest.approx((117.0 - 100.0) / (117.0 - 49.2))
     assert second.overlap_bound() is None  # 70%: the pipes may have taken turns
     assert third.overlap_bound() == pytest.approx(10.0 / 50.0)
-    summary = stalls.overlap_summary([first, second, third])
-    assert summary["launches"] == 3 and summary["n"] == 2
+    summary = stalls.overlap_summary(launches)
+    assert summary["n"] == 2
     assert summary["median"] == pytest.approx((17.0 / 67.8 + 0.2) / 2)
-    assert (summary["min"], summary["max"]) == (pytest.approx(0.2), pytest.approx(17.0 / 67.8))
+
+
+def test_the_presets_unit_overlap_is_the_median_bound_of_the_h200_profiles():
+    """The H200 preset's ``unit_overlap`` (0.53) is the median four-pipe bound of the stall
+    profiles it cites: 72 of their 143 launches bound it, 0.047-0.816."""
+    from pathlib import Path
+
+    from simulator.hardware import load_hardware
+
+    root = Path(__file__).parent.parent / "validation/records/raw/h200-stalls-2026-11-30"
+    launches = [x for folder in sorted(root.iterdir()) for x in stalls.read_folder(folder)]
+    summary = stalls.overlap_summary(launches)
+    assert (summary["launches"], summary["n"]) == (143, 72)
+    assert (summary["min"], summary["max"]) == (pytest.approx(0.047, abs=5e-4),
+                                                pytest.approx(0.816, abs=5e-4))
+    assert load_hardware("h200-sxm").unit_overlap == round(summary["median"], 2)
 
 
 # Shared-memory bytes the matrix run counted for the backward's kernels: dK/dV's is 85% of
@@ -108,32 +137,17 @@ def _records() -> list[dict]:
     return [rec]
 
 
-def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_path):
+def test_without_lsu_wavefronts_the_data_pipe_share_is_the_records_shared_bytes(tmp_path):
     first, second, third = launches = stalls.read_folder(_write(tmp_path))
     for launch in launches:  # profiles without the LSU wavefronts: the records' bytes
         launch.lsu_pct = None
-    hw, sync = stalls.mma_sync_kernels(tmp_path / "plan.json")
-    assert sync == {"fa2-fwd-x": set(), "fa2-bwd-x": {"fa2_bwd_dkdv"}}
+    hw, _ = stalls.mma_sync_kernels(tmp_path / "plan.json")
     assert stalls.attach_smem(launches, _records(), hw) == 2  # the forward has no record
-    assert first.smem_pct is None and first.smem_overlap_bound(0.2) is None
-    assert second.smem_pct == pytest.approx(85.0)
-    # dK/dV: math busy 40 + (1 - 0.2) x 30 = 64% beside 85% of shared memory: 149%, so at
-    # least 49 / 64 of the math ran alongside shared memory
-    assert second.math_busy_pct(0.2) == pytest.approx(64.0)
-    assert second.smem_overlap_bound(0.2) == pytest.approx(49.0 / 64.0)
-    # dQ: math 60 + 0.8 x 50 = 100%, so all of shared memory's 20% ran alongside it
-    assert third.smem_overlap_bound(0.2) == pytest.approx(1.0)
-    # math 103.4% (a model's share, not a measurement) would put more than the whole of
-    # shared memory's 30% alongside it: capped at 1
-    third.pipes_pct = first.pipes_pct
-    third.smem_pct = 30.0
-    assert third.smem_overlap_bound(0.2) == 1.0
-    idle = stalls.Launch("c", "k", 1e-3, {"tensor": 20.0, "exp": 10.0, "fma": 5.0}, 50.0, 8.0,
-                         smem_pct=50.0)
-    assert idle.smem_overlap_bound(0.2) is None  # 32% + 50%: they may have taken turns
-    summary = stalls.smem_overlap_summary(launches, sync, 0.2)  # dK/dV only: mma.sync
-    assert (summary["launches"], summary["n"]) == (1, 1)
-    assert summary["median"] == pytest.approx(49.0 / 64.0)
+    assert first.smem_pct is None and first.data_pipe_pct is None
+    assert second.smem_pct == pytest.approx(85.0) and third.smem_pct == pytest.approx(20.0)
+    assert second.overlap_bound() == pytest.approx(55.0 / 70.0)
+    assert third.overlap_bound() == pytest.approx(30.0 / 70.0)
+    assert first.overlap_bound() == pytest.approx(17.0 / 67.8)  # the math pipes alone
     # a profile without the clock: shared memory at the preset's sm_clock_hz (1.98 GHz)
     second.smem_pct, second.clock_hz = None, None
     assert stalls.attach_smem([second], _records(), hw) == 1
@@ -141,14 +155,15 @@ def test_smem_overlap_bound_is_the_share_beyond_100_percent_of_the_shorter(tmp_p
 
 
 def test_the_data_pipe_share_is_its_lsu_wavefronts_where_profiled(tmp_path):
-    """The L1 data pipe's LSU wavefronts are what the model's smem unit times (shared bytes
-    and shuffles): where the profile has them they bound the overlap, not the bytes."""
+    """The L1 data pipe's LSU wavefronts count all it carries (shared memory's bytes,
+    shuffles, wgmma's operand reads): where the profile has them they bound the overlap, not
+    the shared bytes."""
     _, second, _ = launches = stalls.read_folder(_write(tmp_path))
     hw, _ = stalls.mma_sync_kernels(tmp_path / "plan.json")
     stalls.attach_smem(launches, _records(), hw)
     second.lsu_pct = 94.0  # dK/dV: shared bytes 85%, wavefronts 94% (its shuffles, say)
     assert second.data_pipe_pct == 94.0
-    assert second.smem_overlap_bound(0.2) == pytest.approx((94.0 + 64.0 - 100.0) / 64.0)
+    assert second.overlap_bound() == pytest.approx((164.0 - 100.0) / (164.0 - 94.0))
     second.lsu_pct = None
     assert second.data_pipe_pct == pytest.approx(85.0)
 
@@ -216,31 +231,23 @@ def test_a_launch_the_manifest_does_not_expect_is_an_error(tmp_path):
             {"config": "fa2-fwd-x", "role": "measure", "kernels": ["fa2_fwd"], "ok": True}]))
 
 
-def test_cli_prints_each_launch_and_the_median_bounds(tmp_path, capsys):
+def test_cli_prints_each_launch_and_the_median_bound(tmp_path, capsys):
     folder = _write(tmp_path)
     assert stalls.main([str(folder), "--plan", str(folder / "plan.json")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 6 and "bound 0.25" in out[0] and "bound" not in out[1]
-    assert "lsu  85.0" in out[1] and "smem" not in out[1]
-    assert out[-3] == ("unit overlap: 2 of 3 launches have pipes summing past 100%; their "
-                       "overlap bounds: median 0.225 (0.200-0.251)")
-    assert out[-2] == "SM clock: kernels with matmuls 1.790 GHz (median of 3; 1.770-1.800)"
-    # dK/dV, the one mma.sync launch, at the median unit overlap u = (17 / 67.8 + 0.2) / 2:
-    # math 40 + (1 - u) x 30 beside its data pipe's 85% (LSU wavefronts)
-    u = (17.0 / 67.8 + 0.2) / 2
-    math = 40.0 + (1 - u) * 30.0
-    bound = (85.0 + math - 100.0) / math
-    overlap = (f"shared-memory overlap: 1 of 1 mma.sync launches have the L1 data pipe and "
-               f"math (at unit overlap {u:.3f}) summing past 100%; their overlap bounds: "
-               f"median {bound:.3f} ({bound:.3f}-{bound:.3f})")
-    assert out[-1] == overlap
+    assert len(out) == 5 and "bound 0.48" in out[0] and "bound 0.79" in out[1]
+    assert "lsu  85.0" in out[1] and "all 155.0" in out[1] and "smem" not in out[1]
+    overlap = ("unit overlap: 3 of 3 launches have their pipes (the L1 data pipe's where "
+               "known) summing past 100%; their overlap bounds: median 0.481 (0.429-0.786)")
+    assert out[-2] == overlap
+    assert out[-1] == "SM clock: kernels with matmuls 1.790 GHz (median of 3; 1.770-1.800)"
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps(r) + "\n" for r in _records()))
     assert stalls.main([str(folder), "--plan", str(folder / "plan.json"),
                         "--records", str(records)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "smem  85.0" in out[1]  # the records' bytes, listed
-    assert out[-1] == overlap
+    assert "smem  85.0" in out[1]  # the records' bytes, listed; the wavefronts bound it
+    assert out[-2] == overlap
 
 
 def test_cli_bad_folder_is_one_error_line_and_exit_2(tmp_path, capsys):

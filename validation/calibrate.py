@@ -12,9 +12,9 @@ two cannot both be fitted. On records the simulator "measured" with known parame
 the overlap 0.7 times theirs; on the H200 records it put the exp rate at 2.2 times the 16
 per SM per clock the hardware has. The exp rate keeps that documented value; the overlap,
 which only a profile bounds, is fitted (and the seven are then found within 2% of known
-values, 181 evaluations). The shared-memory overlap (``smem_overlap``) keeps its measured
-value: it trades against ``tensor_sync_efficiency`` in the mma.sync kernels, the only ones
-that have shared-memory time. They are fitted by least squares on
+values, 181 evaluations). Since 2026-12-05 the one overlap covers shared memory's pipe
+with the math pipes (there was a second, ``smem_overlap``, kept at its measured value).
+They are fitted by least squares on
 log(predicted / measured time) — relative errors, so that microsecond decode kernels weigh
 as much as 10 ms naive ones — over a TRAINING set of shapes.
 

@@ -8,34 +8,25 @@ reads such a folder back and derives what the compute model needs from it:
 - per launch: duration, how busy the tensor, exp (XU) and FMA pipes were (percent of their
   sustained peak while the SM was active), issue activity, resident warps, and the warp
   stall reasons that cost the most (ncu's stalls per issued instruction);
-- the overlap bound. If three pipes are active ``t``, ``x`` and ``f`` percent of the time
-  and they sum past 100%, at least ``(sum - 100) / (sum - max)`` of the non-busiest pipes'
-  time ran while the busiest one was active too: time spent only by one pipe at a time adds
-  up to at most 100%. Launches summing below 100% bound nothing (their pipes may take turns
-  and still leave the SM idle some of the time). The preset's ``unit_overlap`` is the median
-  of these bounds (``simulator.sim.compute``);
+- the overlap bound. If the SM's four pipes, the tensor, exp (XU) and FMA pipes and the L1
+  data pipe, are busy ``t``, ``x``, ``f`` and ``l`` percent of the time and they sum past
+  100%, at least ``(sum - 100) / (sum - max)`` of the non-busiest pipes' time ran while the
+  busiest one was busy too: time spent only by one pipe at a time adds up to at most 100%.
+  Launches summing below 100% bound nothing (their pipes may take turns and still leave
+  the SM idle some of the time). The data pipe's share is its LSU wavefronts' percent of
+  peak (``l1tex__data_pipe_lsu_wavefronts``, one a clock: shared memory's reads and writes,
+  shuffles, global loads and stores, and the operands wgmma reads from shared memory);
+  where a profile lacks it, the shared-memory bytes (Nsight Compute's
+  ``sm__sass_data_bytes_mem_shared`` of the same config and kernel in the matrix run's
+  records, ``--records``) over the launch's duration at the preset's bytes per clock, at
+  the clock the launch ran; where neither is known, the three math pipes alone. The
+  preset's ``unit_overlap`` is the median of these bounds (``simulator.sim.compute``). Until
+  2026-12-05 it was the median over the three math pipes (0.19: they alone rarely pass
+  100%), with a second share (``smem_overlap``, 0.63) for the data pipe against them;
 - the SM clock each launch ran at (``gpc__cycles_elapsed.avg.per_second``: the SMs are in
   the GPC clock domain), summarised for the kernels with matmuls and for the others: on
   the H200 the first ran near 1.79 GHz and the second near 1.97 (the preset's
-  ``sm_clock_tensor_hz``, ``simulator.hardware.Hardware.at_tensor_clock``);
-- the shared-memory overlap bound, the same argument for the L1 data pipe (shared memory's
-  reads and writes, and the warp shuffles, go through it) against the math pipes
-  together. The pipe's share is its LSU wavefronts' percent of peak
-  (``l1tex__data_pipe_lsu_wavefronts``), one a clock: what the model's ``smem`` unit times
-  for an mma.sync kernel (its bytes / 128, global loads and stores through registers
-  twice, plus its shuffles; in the 46 mma.sync launches of the H200 stall profiles the
-  wavefronts were 0.74-1.21 times that). Where a profile lacks it, the shared-memory
-  bytes (Nsight Compute's ``sm__sass_data_bytes_mem_shared`` of the same config and kernel
-  in the matrix run's records, ``--records``) over the launch's duration at the preset's
-  bytes per clock, at the clock the launch ran. The math pipes' share is their busy share
-  as the model takes it (the busiest plus ``1 - unit_overlap`` of the rest). Where the two
-  sum past 100%, at least ``(sum - 100) / shorter`` of the shorter one's time ran
-  alongside the other. The preset's ``smem_overlap`` is the median over the launches of
-  kernels that compile to mma.sync (the plan's configs say which tiling a launch ran);
-  the model applies it to wgmma kernels too, whose LSU wavefronts cannot bound it: they
-  took 1.1-8.6 times the time the model's ``smem`` unit gives those launches (their
-  staging, global loads and stores, shuffles; ``tests/test_mma_layout.py``), so they carry
-  work the model does not know of.
+  ``sm_clock_tensor_hz``, ``simulator.hardware.Hardware.at_tensor_clock``).
 
     python -m validation.stalls validation/records/raw/h200-stalls-2026-11-30/run1 ... \
         --records validation/records/h200-default-2026-11-30.jsonl
@@ -89,37 +80,27 @@ class Launch:
         cycle it issues, which is what the stall reasons (``selected`` included) sum to."""
         return sum(v for v in self.stalls.values() if v == v)  # NaN: a reason ncu left out
 
-    def overlap_bound(self) -> float | None:
-        """The least share of the non-busiest pipes' time that overlapped the busiest
-        (module docstring), or None where the pipes sum to at most 100%."""
-        total, busiest = self.pipes_sum_pct, max(self.pipes_pct.values())
-        if total <= 100.0 or total <= busiest:
-            return None
-        return (total - 100.0) / (total - busiest)
-
-    def math_busy_pct(self, unit_overlap: float) -> float:
-        """The math pipes' busy share as the model takes it (``compute.busy_seconds``)."""
-        busiest = max(self.pipes_pct.values())
-        return busiest + (1.0 - unit_overlap) * (self.pipes_sum_pct - busiest)
-
     @property
     def data_pipe_pct(self) -> float | None:
         """How busy the L1 data pipe was, percent: its LSU wavefronts where profiled, else
         the shared-memory bytes' share (``attach_smem``); None if neither is known."""
         return self.lsu_pct if self.lsu_pct is not None else self.smem_pct
 
-    def smem_overlap_bound(self, unit_overlap: float) -> float | None:
-        """The least share of the shorter of shared-memory and math time that ran alongside
-        the other (module docstring), or None where they sum to at most 100% (or the
-        launch's data-pipe share is unknown)."""
+    @property
+    def all_pipes_pct(self) -> dict:
+        """The math pipes' busy shares and the L1 data pipe's (``data`` where known)."""
         pipe = self.data_pipe_pct
-        if pipe is None:
+        return dict(self.pipes_pct) if pipe is None else dict(self.pipes_pct, data=pipe)
+
+    def overlap_bound(self) -> float | None:
+        """The least share of the non-busiest pipes' time that overlapped the busiest
+        (module docstring), over all four pipes (three where the data pipe's share is not
+        known), or None where they sum to at most 100%."""
+        pipes = self.all_pipes_pct.values()
+        total, busiest = sum(pipes), max(pipes)
+        if total <= 100.0 or total <= busiest:
             return None
-        math = self.math_busy_pct(unit_overlap)
-        total, shorter = pipe + math, min(pipe, math)
-        if total <= 100.0 or shorter <= 0.0:
-            return None
-        return min(1.0, (total - 100.0) / shorter)  # math's share is a model's, not measured
+        return (total - 100.0) / (total - busiest)
 
 
 def read_folder(folder: str | Path) -> list[Launch]:
@@ -278,14 +259,6 @@ def attach_smem(launches: list[Launch], records: list[dict], hw) -> int:
     return found
 
 
-def smem_overlap_summary(launches: list[Launch], sync: dict[str, set[str]],
-                         unit_overlap: float) -> dict:
-    """The shared-memory overlap bounds of the mma.sync launches (``sync``: per config, its
-    mma.sync kernels) where shared memory and math sum past 100%: n, median, range."""
-    chosen = [x for x in launches if x.kernel in sync.get(x.config, ())]
-    return _bounds_summary(len(chosen), [x.smem_overlap_bound(unit_overlap) for x in chosen])
-
-
 def _row(launch: Launch) -> str:
     top = sorted(launch.stalls.items(), key=lambda kv: -kv[1])[:3]
     p = launch.pipes_pct
@@ -295,6 +268,7 @@ def _row(launch: Launch) -> str:
             f"sum {launch.pipes_sum_pct:5.1f}  "
             f"{'' if launch.lsu_pct is None else f'lsu {launch.lsu_pct:5.1f}  '}"
             f"{'' if launch.smem_pct is None else f'smem {launch.smem_pct:5.1f}  '}"
+            f"all {sum(launch.all_pipes_pct.values()):5.1f}  "
             f"{'' if bound is None else f'bound {bound:.2f}  '}issue {launch.issue_pct:4.1f}  "
             f"warps {launch.warps:4.1f}  | " + ", ".join(f"{k} {v:.2f}" for k, v in top))
 
@@ -339,30 +313,18 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(launch))
     s = overlap_summary(launches)
     if s["n"]:
-        print(f"unit overlap: {s['n']} of {s['launches']} launches have pipes summing past "
-              f"100%; their overlap bounds: median {s['median']:.3f} "
-              f"({s['min']:.3f}-{s['max']:.3f})")
+        print(f"unit overlap: {s['n']} of {s['launches']} launches have their pipes (the L1 "
+              f"data pipe's where known) summing past 100%; their overlap bounds: median "
+              f"{s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})")
     else:
-        print(f"unit overlap: none of {s['launches']} launches has pipes summing past 100%")
+        print(f"unit overlap: none of {s['launches']} launches has its pipes summing past "
+              "100%")
     print(_clock_line(clock_summary(launches, matmuls)))
     c = issue_latency_summary(launches, sync)
     if c["n"]:
         print(f"issue latency: {c['n']} wgmma FA launches with the math pipes below 100% "
               f"together; cycles per issued instruction of a warp: median {c['median']:.2f} "
               f"({c['min']:.2f}-{c['max']:.2f})")
-    if s["median"] is None:
-        print("shared-memory overlap: not bounded without a unit overlap (the math pipes' "
-              "busy share takes it)")
-        return 0
-    m = smem_overlap_summary(launches, sync, s["median"])
-    if m["n"]:
-        print(f"shared-memory overlap: {m['n']} of {m['launches']} mma.sync launches have "
-              f"the L1 data pipe and math (at unit overlap {s['median']:.3f}) summing past "
-              f"100%; their overlap bounds: median {m['median']:.3f} "
-              f"({m['min']:.3f}-{m['max']:.3f})")
-    else:
-        print(f"shared-memory overlap: none of {m['launches']} mma.sync launches has the L1 "
-              "data pipe and math summing past 100%")
     return 0
 
 

@@ -27,8 +27,14 @@ divided evenly over the SMs:
   Registers a loop spills to local memory and loads back every iteration
   (``occupancy.CompiledResources.spill_bytes_per_iteration``, read from the compile) take
   the same L1 data path, in any kernel. wgmma reads its operands from shared memory
-  itself, outside this pipe, at the rate its efficiency covers: a wgmma kernel's ``smem``
-  unit times its staging, its shuffles and its spills. That staging is the mma.sync
+  itself, at the rate its efficiency covers (a matmul's measured throughput, its own
+  operand reads included): a wgmma kernel's ``smem`` unit times its staging, its shuffles
+  and its spills. The pipe's counter does see those reads: with them (B, and A unless it
+  is in registers, by every 64-row tile of each matmul) the wavefronts of the FA2 wgmma
+  launches were 0.70-1.51 times the model's bytes / 128, without them 1.55-8.3 times. But
+  timed on the pipe as well, on top of the tensor rate that already covers them,
+  they made the FA2 forward 5.7% and dQ 23% too slow on average (12-05), so the rate
+  keeps them. That staging is the mma.sync
   kernels': our sm_90 compiles stage the same tiles with the same instructions (naive_qk
   at 64 x 64: ``LDG``, ``STS``, ``LDSM``, ``STG``, 56 KB per CTA, of which Nsight Compute's
   shared bytes are the 32 KB the rule gives them; the loops' ``LDGSTS``), and in every wgmma
@@ -50,23 +56,37 @@ scores' matmul, then their softmax, then the second matmul (FA3 §3.1–3.2: Fla
 runs softmax and GEMMs one after the other within a warpgroup; overlapping them needs more
 warps or explicit ping-pong scheduling) — so one warp per processing block runs its units in
 turn, and ``c`` warps per block (``num_warps / sm_subpartitions``) could overlap one
-another's units. Measured, they mostly do not: in our Triton FA2 kernels that use wgmma on
-an H200, the tensor, exp (XU) and FMA pipes are active 64–120% of the time *together*
-(Nsight Compute, ``validation/records/raw/h200-stalls-2026-11-30``). Units that overlapped
-fully would keep the busiest one near 100% in a compute-bound kernel, with the sum far
-above; the busiest was at most 63%. The preset's ``unit_overlap`` is the share of the other
-units' time that overlaps the busiest one (0: the units take turns; 1: only the busiest
-counts). Shared memory overlaps the math more: its loads are issued and the warps go on
-to other work until they need the data. In the same profiles, with the records' shared-
-memory bytes over each launch's duration, 18 mma.sync launches had shared memory and the
-math pipes (at ``unit_overlap``) busy 101-132% of the time together: at least 0.38 of the
-shorter of the two (the median bound, ``python -m validation.stalls ... --records``) ran
-alongside the other. The preset's ``smem_overlap`` is that share. Two numbers per step follow:
+another's units. Measured, they overlap only in part. The preset's ``unit_overlap`` is the
+share of the other units' time that overlaps the busiest one (0: the units take turns; 1:
+only the busiest counts), one share for all four units: the tensor, exp (XU) and FMA
+pipes and the L1 data pipe that shared memory, shuffles and global loads and stores go
+through. Nsight Compute measures each pipe's busy share of a launch
+(``validation/records/raw/h200-stalls-2026-11-30``; the data pipe as its LSU wavefronts):
+where the four sum past 100%, at least ``(sum - 100%) / (sum - busiest)`` of the other
+pipes' time ran while the busiest one was busy, since time spent by one pipe at a time adds
+up to at most 100%. In 72 of the 143 profiled launches of our kernels on the H200 they
+did, by 3-78 points: the bounds run 0.05-0.82, median 0.53 (``python -m validation.stalls``).
+The median is the preset's value. A bound is a least value, and a launch that sums below
+100% bounds nothing (its pipes may take turns and still leave the SM idle some of the
+time), so the share is what the launches that are busy enough to show it show. Until
+2026-12-05 the three math pipes overlapped by the median of their own bounds (0.19, from
+9 launches: the three alone rarely pass 100%) and shared memory by a second share (0.63)
+against them; with the L1 data pipe counted as the fourth pipe the bound is tighter and
+the split unneeded. What the one share leaves out: the bounds grow with the CTAs an SM
+holds (their registers and shared memory as the device compiled them): median 0.27 over
+the 9 launches with one resident CTA, 0.48 with two (17), 0.53-0.68 with three to six
+(30), 0.44-0.79 with eight to sixteen (12, naive attention's QK^T). Independent CTAs are
+what fill one another's gaps; the warps of one CTA meet at a barrier every iteration. A
+share by CTA count drawn through these medians (``1 - 0.73 x ctas ** -0.4``) did worse
+on the H200 records than the one share overall (12-05, with the device's loop facts):
+FA2's forward 7.0% time MAPE against 5.5%, two of its shapes' predicted-best tilings over
+5% slower than their best against none (the one-CTA forwards at d = 128, 8 warps, ran
+faster than so little overlap gives); its backward 7.4% against 8.6%. So the trend is
+recorded, not modelled. Two numbers per step follow:
 
-- ``busy`` (*throughput*): seconds the SM's units are occupied. The math pipes take
-  ``math = max + (1 - unit_overlap) x (sum - max)`` over tensor, exp and FP32; with shared
-  memory's ``smem`` seconds, ``max(math, smem) + (1 - smem_overlap) x min(math, smem)`` —
-  what the step takes from the SM that other resident CTAs cannot use;
+- ``busy`` (*throughput*): seconds the SM's units are occupied,
+  ``max + (1 - unit_overlap) x (sum - max)`` over the four units — what the step takes from
+  the SM that other resident CTAs cannot use;
 - ``path`` (*critical path*): how long the step takes for its CTA alone,
   ``max(busy, sum / c)`` (with fewer warps than blocks, ``c = 1`` and the
   CTA uses only ``num_warps`` of the blocks, so every unit time is scaled up by
@@ -129,14 +149,13 @@ def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = Tr
 
 
 def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
-    """Seconds a step occupies the SM's units (module docstring); ``unit_s`` is ``[units, n]``
-    (or ``[units]``, one step: the roofline's kernel totals) in ``UNITS`` order: tensor, exp
-    and FP32 pipes, then shared memory (none where only the three pipes are given)."""
-    pipes = unit_s[:3]
-    smem = unit_s[3] if len(unit_s) > 3 else np.zeros_like(unit_s[0])
-    busiest = pipes.max(axis=0)
-    math = busiest + (1.0 - hw.unit_overlap) * (pipes.sum(axis=0) - busiest)
-    return np.maximum(math, smem) + (1.0 - hw.smem_overlap) * np.minimum(math, smem)
+    """Seconds a step occupies the SM's units (module docstring): the busiest unit's
+    seconds and ``1 - unit_overlap`` of the others'. ``unit_s`` is ``[units, n]`` (or
+    ``[units]``, one step: the roofline's kernel totals) in ``UNITS`` order, or its first
+    three (the math pipes alone)."""
+    unit_s = np.asarray(unit_s, dtype=np.float64)
+    busiest = unit_s.max(axis=0)
+    return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
 
 
 def path_seconds(unit_s: np.ndarray, num_warps: int, hw: Hardware) -> np.ndarray:
