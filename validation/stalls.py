@@ -15,7 +15,9 @@ reads such a folder back and derives what the compute model needs from it:
   Launches summing below 100% bound nothing (their pipes may take turns and still leave
   the SM idle some of the time). The data pipe's share is its LSU wavefronts' percent of
   peak (``l1tex__data_pipe_lsu_wavefronts``, one a clock: shared memory's reads and writes,
-  shuffles, global loads and stores, and the operands wgmma reads from shared memory);
+  shuffles, global loads and stores, and the operands wgmma reads from shared memory;
+  of the elapsed cycles, where the math pipes' shares are of the SM's active ones, which
+  only lowers the sum where SMs idle: a more cautious bound);
   where a profile lacks it, the shared-memory bytes (Nsight Compute's
   ``sm__sass_data_bytes_mem_shared`` of the same config and kernel in the matrix run's
   records, ``--records``) over the launch's duration at the preset's bytes per clock, at
@@ -286,8 +288,8 @@ def _clock_line(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.stalls",
                                      description="Pipe activity and stall reasons per launch "
-                                     "from run_stalls.sh folders; the unit-overlap and "
-                                     "shared-memory overlap bounds; the SM clock.")
+                                     "from run_stalls.sh folders; the unit-overlap bound "
+                                     "over the SM's four pipes; the SM clock.")
     parser.add_argument("folders", nargs="+")
     parser.add_argument("--plan", default=str(DEFAULT_PLAN),
                         help="the plan whose configs were profiled (which kernels are mma.sync)")
