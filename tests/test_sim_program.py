@@ -253,7 +253,7 @@ def test_staging_by_hand():
     sched = build_schedule(problem, single, "fa2")
     prog = schedule_programs(sched, HW)[0]
     assert prog.totals()["pipe_bytes"].sum() == 4 * (2 * 4096 + 4 * 2 * 4096)
-    # A wgmma kernel reads its operands from shared memory outside the pipe, but stages the
+    # A wgmma kernel's operand reads are its tensor rate's, not timed here, but it stages the
     # same tiles: at 128 x 64, 8 warps, N = 512, four CTAs each stage Q (16 KB) and load it
     # through registers (16 KB, two passes), eight iterations of K and V (8 KB each,
     # cp.async), and O twice and stored (16 KB, two passes); its shuffles take a clock each.

@@ -138,7 +138,7 @@ def unit_seconds(amounts: np.ndarray, hw: Hardware, dtype: str, wgmma: bool = Tr
     shuffles per tensor FLOP, each a clock of the shared-memory data path (as many bytes as
     it moves per clock), and ``staged_bytes`` (``[n]``) move through it to stage the step's
     tiles; an mma.sync kernel (``wgmma`` False) also reads ``smem_bytes_per_flop`` bytes of
-    shared memory per tensor FLOP there (wgmma reads its operands outside that pipe)."""
+    shared memory per tensor FLOP there (wgmma's operand reads its tensor rate covers)."""
     amounts = np.asarray(amounts, dtype=np.float64)
     operands = 0.0 if wgmma else smem_bytes_per_flop
     per_flop = operands + shuffles_per_flop * hw.smem_bandwidth_bytes_per_clk_per_sm
@@ -153,7 +153,6 @@ def busy_seconds(unit_s: np.ndarray, hw: Hardware) -> np.ndarray:
     seconds and ``1 - unit_overlap`` of the others'. ``unit_s`` is ``[units, n]`` (or
     ``[units]``, one step: the roofline's kernel totals) in ``UNITS`` order, or its first
     three (the math pipes alone)."""
-    unit_s = np.asarray(unit_s, dtype=np.float64)
     busiest = unit_s.max(axis=0)
     return busiest + (1.0 - hw.unit_overlap) * (unit_s.sum(axis=0) - busiest)
 

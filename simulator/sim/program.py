@@ -21,7 +21,7 @@ global loads and stores of those tiles, which pass through the same pipe (each s
 tile, and each tile loaded through registers outside a pipelined loop, twice more;
 ``global_pipe_bytes``), charged to the phase's first compute step, or to a step of its own
 in a phase without one; ``staged_bytes``; the shuffles of its row reductions; where its
-matmuls are mma.sync, their operand reads, which wgmma makes outside that pipe; and, in
+matmuls are mma.sync, their operand reads, which for wgmma its tensor rate covers; and, in
 any kernel whose compile says so,
 the registers its loop spills to local memory and loads back every iteration, which pass
 through the same L1 data path), into busy seconds (how long the SM's
