@@ -139,6 +139,11 @@ class KernelResources:
     # The instructions each warp issues in a kernel without loops (``straight_instructions``:
     # naive_softmax, the backward's preprocess). None for a kernel with a loop.
     straight_instructions: int | None = None
+    # In a kernel with loops, the instructions each warp issues outside them on the way
+    # through (``outside_loop_instructions``): before its first loop (the prologue) and
+    # after it (between loops and the epilogue). None without a loop.
+    prologue_instructions: int | None = None
+    epilogue_instructions: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -404,17 +409,21 @@ _SASS_LOCAL = re.compile(r"^(?:@!?U?P\w+\s+)?(STL|LDL)(\.[\w.]+)?\s")
 _SASS_MMA = re.compile(r"\b(?:HGMMA|HMMA)\b")
 
 
-def sass_costs(cubin: bytes) -> tuple[int | None, int | None, int | None, int | None,
-                                       int | None]:
+def sass_costs(cubin: bytes) -> tuple[int | None, ...]:
     """From one disassembly of a cubin (the bundled cuobjdump): ``main_loop``'s facts (its
     instructions per warp, the spill bytes per thread it loads and stores, and the waits
     for reloaded spills, per iteration; Nones without a loop with matmuls), then
-    ``straight_instructions`` (None for a kernel with a loop); all None without the tool."""
+    ``straight_instructions`` (None for a kernel with a loop), then
+    ``outside_loop_instructions`` (two Nones without a loop); all None without the tool."""
     sass = _cuobjdump(cubin, "-sass")
     if not sass:
-        return None, None, None, None, None
+        return (None,) * SASS_COSTS
     found = main_loop(sass) or (None, None, None, None)
-    return (*found, straight_instructions(sass))
+    return (*found, straight_instructions(sass), *(outside_loop_instructions(sass)
+                                                   or (None, None)))
+
+
+SASS_COSTS = 7  # how many facts ``sass_costs`` returns
 
 
 def _sass_code(sass: str) -> list[tuple[int, str]]:
@@ -488,6 +497,36 @@ def straight_instructions(sass: str) -> int | None:
             return issued + 1
         if not _SASS_GUARD.sub("", op).startswith("NOP"):
             issued += 1
+    return None
+
+
+def outside_loop_instructions(sass: str) -> tuple[int, int] | None:
+    """The instructions each warp issues outside the loops of a kernel with loops, on the
+    way through: ``(before the first loop, after it)``. The code up to the first
+    unconditional ``EXIT`` (itself included) that no loop's span holds (the spans backward
+    branches close, ``_loops``), padding ``NOP``s left out. Code after the first loop counts
+    whether the loops between run or not, and forward branches are not followed: where a
+    branch skips code (a loop with no iteration, its pipeline's set-up), the count is high.
+    On the H200 stall profiles a warp of the non-causal FA2 and naive P·V launches issued
+    0.85-1.0 times these counts beside its main loops' iterations
+    (``tests/test_kernels_aot.py``). None without a loop or without that ``EXIT``."""
+    code = _sass_code(sass)
+    loops = _loops(code)
+    if not loops:
+        return None
+    first = min(lo for lo, _ in loops)
+    before = after = 0
+    for address, op in code:
+        if any(lo <= address <= hi for lo, hi in loops):
+            continue
+        if op == "EXIT":
+            return before, after + 1
+        if _SASS_GUARD.sub("", op).startswith("NOP"):
+            continue
+        if address < first:
+            before += 1
+        else:
+            after += 1
     return None
 
 
@@ -620,6 +659,9 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            spill_reload_waits=reloads,
                            loop_shuffles=None if body is None else shuffles_in(body),
                            straight_instructions=straight_instructions(sass) if sass else None,
+                           **dict(zip(("prologue_instructions", "epilogue_instructions"),
+                                      (sass and outside_loop_instructions(sass))
+                                      or (None, None), strict=True)),
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -686,7 +728,8 @@ def _well_typed(result: dict) -> bool:
     counts = ("shared_bytes", "registers", "spill_bytes", "wgmma_ops", "mma_sync_ops",
               "wgmma_rs_ops", "loads_in_flight", "loop_instructions",
               "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
-              "spill_reload_waits", "straight_instructions")
+              "spill_reload_waits", "straight_instructions", "prologue_instructions",
+              "epilogue_instructions")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)

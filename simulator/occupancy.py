@@ -54,6 +54,11 @@ class CompiledResources:
     # the least time a warp takes through them (``simulator.sim.program``).
     loop_instructions: int | None = None
     straight_instructions: int | None = None
+    # In a kernel with loops, the instructions each warp issues outside them: before its
+    # first loop and after it (``kernels.resources.outside_loop_instructions``), at that
+    # pace the least time of the CTA's prologue and epilogue (``simulator.sim.program``).
+    prologue_instructions: int | None = None
+    epilogue_instructions: int | None = None
 
     def __post_init__(self):
         if self.registers_per_thread == 0:

@@ -50,11 +50,13 @@ def test_a_record_without_loop_facts_takes_those_of_a_compile_here():
     fact = out[0]["kernel_facts"][0]
     assert fact["loop_instructions"] > 0 and fact["spill_reload_waits"] > 0
     assert fact["spill_load_bytes_per_iteration"] > 0 < fact["spill_store_bytes_per_iteration"]
+    assert fact["prologue_instructions"] > 0 < fact["epilogue_instructions"]
     assert {k: v for k, v in fact.items() if k not in LOOP_FACTS} == before["kernel_facts"][0]
     hw = load_hardware("h200-sxm")
     filled_pred, plain_pred = (predict_record(predict, r, hw) for r in (out[0], rec))
     assert filled_pred["time_s"] > plain_pred["time_s"]
     assert filled_pred["kernels"][0]["spill_reload_waits"] == fact["spill_reload_waits"]
+    assert filled_pred["kernels"][0]["epilogue_instructions"] == fact["epilogue_instructions"]
 
 
 def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkeypatch, capsys):

@@ -314,3 +314,11 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
         "fa2_fwd": CompiledResources(165, 40960, loop_instructions=slow // 4)})
     np.testing.assert_array_equal(fast.loop.path_s, bare.loop.path_s)
     np.testing.assert_array_equal(fast.pre.path_s, bare.pre.path_s)  # a loop: no straight run
+    # its prologue and epilogue: at least their instructions outside the loop at the pace
+    around = kernel_program(fwd, sched, h200, compiled={"fa2_fwd": CompiledResources(
+        165, 40960, loop_instructions=slow // 4, prologue_instructions=435,
+        epilogue_instructions=1014)})
+    np.testing.assert_allclose(around.pre.path_s, 435 * 5.19 / 1.789e9, rtol=1e-12)
+    np.testing.assert_allclose(around.post.path_s, 1014 * 5.19 / 1.789e9, rtol=1e-12)
+    assert bare.post.path_s.max() < 1014 * 5.19 / 1.789e9 / 4  # its units' path: shorter
+    np.testing.assert_array_equal(around.loop.path_s, bare.loop.path_s)

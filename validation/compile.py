@@ -174,14 +174,16 @@ def kernel_facts(name: str, compiled) -> dict:
     (``kernels.resources.main_loop``: the instructions a warp issues, the spill bytes a
     thread loads and stores, the waits for reloaded spills; None without a cubin or a loop
     with matmuls), and, for a kernel without loops, the instructions a warp issues
-    (``kernels.resources.straight_instructions``)."""
+    (``kernels.resources.straight_instructions``), and, for a kernel with loops, those it
+    issues outside them, before the first and after it
+    (``kernels.resources.outside_loop_instructions``)."""
     from kernels.resources import dot_layouts, loop_pipeline, wgmma_operand_demand
 
     ttgir = compiled.asm.get("ttgir", "")
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
     in_flight, after_compute = loop_pipeline(ttgir)
-    instructions, loaded, stored, reloads, straight = _sass_costs(compiled)
+    instructions, loaded, stored, reloads, straight, prologue, epilogue = _sass_costs(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
@@ -189,7 +191,8 @@ def kernel_facts(name: str, compiled) -> dict:
             "loads_issued_after_compute": after_compute,
             "loop_instructions": instructions, "spill_load_bytes_per_iteration": loaded,
             "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads,
-            "straight_instructions": straight}
+            "straight_instructions": straight, "prologue_instructions": prologue,
+            "epilogue_instructions": epilogue}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:
@@ -206,21 +209,23 @@ def _registers(compiled) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _sass_costs(compiled) -> tuple[int | None, int | None, int | None, int | None,
-                                     int | None]:
+def _sass_costs(compiled) -> tuple[int | None, ...]:
     """(instructions per warp, spill bytes loaded and stored per thread, waits for reloaded
-    spills) of one main-loop iteration, and a loop-less kernel's instructions per warp
+    spills) of one main-loop iteration, a loop-less kernel's instructions per warp, and a
+    looped kernel's outside its loops, before and after them
     (``kernels.resources.sass_costs``); Nones if unreadable (like ``_registers``: a missing
     fact must not cost the device run anything)."""
+    from kernels.resources import SASS_COSTS
+
     cubin = compiled.asm.get("cubin")
     if not cubin:
-        return None, None, None, None, None
+        return (None,) * SASS_COSTS
     try:
         from kernels.resources import sass_costs
 
         return sass_costs(cubin)
     except Exception:  # noqa: BLE001 - any failure leaves the facts out, nothing else
-        return None, None, None, None, None
+        return (None,) * SASS_COSTS
 
 
 def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | None, list]:

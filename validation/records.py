@@ -47,11 +47,12 @@ COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
 FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_flop",
              "wgmma_smem_bytes_per_flop_max", "loads_in_flight", "loop_instructions",
              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
-             "spill_reload_waits", "straight_instructions")
+             "spill_reload_waits", "straight_instructions", "prologue_instructions",
+             "epilogue_instructions")
 COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "loads_in_flight",
                    "loop_instructions", "spill_load_bytes_per_iteration",
                    "spill_store_bytes_per_iteration", "spill_reload_waits",
-                   "straight_instructions")
+                   "straight_instructions", "prologue_instructions", "epilogue_instructions")
 
 
 class RecordError(ProblemError):

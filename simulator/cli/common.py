@@ -102,7 +102,9 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                                                                r.spill_store_bytes_per_iteration),
                                                            r.spill_reload_waits,
                                                            r.loop_instructions,
-                                                           r.straight_instructions)
+                                                           r.straight_instructions,
+                                                           r.prologue_instructions,
+                                                           r.epilogue_instructions)
                                    for name, r in rows.items()})
     return out
 

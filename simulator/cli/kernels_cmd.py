@@ -182,10 +182,13 @@ def _spill_per_iteration(r) -> str:
 
 
 def _instructions(r) -> str:
-    """A warp's instructions per iteration of the main loop, or "N (all)" in a kernel
-    without loops; "-" where neither is known."""
+    """A warp's instructions per iteration of the main loop, then "+P/E" those outside its
+    loops (before the first, after it), or "N (all)" in a kernel without loops; "-" where
+    none is known."""
     if r.loop_instructions:
-        return str(r.loop_instructions)
+        around = (f" +{r.prologue_instructions}/{r.epilogue_instructions}"
+                  if r.prologue_instructions is not None else "")
+        return f"{r.loop_instructions}{around}"
     return f"{r.straight_instructions} (all)" if r.straight_instructions else "-"
 
 
@@ -220,8 +223,9 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
                          "does not charge them (README)")
-    note = ("instr: instructions a warp issues per iteration of the main loop, or in all in "
-            "a kernel without loops (SASS)"
+    note = ("instr: instructions a warp issues per iteration of the main loop (+ outside "
+            "its loops: before the first / after it), or in all in a kernel without loops "
+            "(SASS)"
             + ("; spill bytes: local memory per thread (ptxas's stack frame); spill B/iter: "
                "bytes per thread the main loop loads / stores from it every iteration (and "
                "the times a warp waits for the reloads, an L2 round trip each in the model)"
