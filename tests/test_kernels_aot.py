@@ -465,8 +465,8 @@ def test_outside_loop_instructions_match_the_h200_instruction_counts():
     split). They issued 0.85-1.02 times the count (a forward branch may skip counted
     code), median 0.95, but for FA2's four mma.sync forwards (16 x 64 and 32 x 32 at both
     head dims): 1.18-1.85 times, their loops a few instructions an iteration beyond the
-    SASS body (3.5 at 32 x 32, d = 128, over 128 iterations). These counts set the least time of a looped CTA's prologue and epilogue
-    (``simulator.sim.program``)."""
+    SASS body (3.5 at 32 x 32, d = 128, over 128 iterations). These counts set the least
+    time of a looped CTA's prologue and epilogue (``simulator.sim.program``)."""
     import importlib.metadata
     import statistics
 
