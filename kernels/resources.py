@@ -144,6 +144,9 @@ class KernelResources:
     # after it (between loops and the epilogue). None without a loop.
     prologue_instructions: int | None = None
     epilogue_instructions: int | None = None
+    # The instructions each warp issues per iteration of the main loop's masked copy
+    # (``masked_loop_instructions``). None without one.
+    masked_loop_instructions: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -414,16 +417,18 @@ def sass_costs(cubin: bytes) -> tuple[int | None, ...]:
     instructions per warp, the spill bytes per thread it loads and stores, and the waits
     for reloaded spills, per iteration; Nones without a loop with matmuls), then
     ``straight_instructions`` (None for a kernel with a loop), then
-    ``outside_loop_instructions`` (two Nones without a loop); all None without the tool."""
+    ``outside_loop_instructions`` (two Nones without a loop), then
+    ``masked_loop_instructions``; all None without the tool."""
     sass = _cuobjdump(cubin, "-sass")
     if not sass:
         return (None,) * SASS_COSTS
     found = main_loop(sass) or (None, None, None, None)
     return (*found, straight_instructions(sass), *(outside_loop_instructions(sass)
-                                                   or (None, None)))
+                                                   or (None, None)),
+            masked_loop_instructions(sass))
 
 
-SASS_COSTS = 7  # how many facts ``sass_costs`` returns
+SASS_COSTS = 8  # how many facts ``sass_costs`` returns
 
 
 def _sass_code(sass: str) -> list[tuple[int, str]]:
@@ -438,6 +443,17 @@ def _loops(code: list[tuple[int, str]]) -> list[tuple[int, int]]:
             if (m := _SASS_BACK_BRANCH.search(op)) and int(m.group(1), 16) < addr]
 
 
+def _matmul_loops(sass: str) -> list[list[str]]:
+    """The SASS instructions of each innermost loop with matmuls (``HGMMA``/``HMMA``), in
+    order: the kernels' copies of one loop body, masked and unmasked."""
+    code = _sass_code(sass)
+    loops = _loops(code)
+    innermost = [(lo, hi) for lo, hi in loops
+                 if not any(lo < a and b < hi for a, b in loops if (a, b) != (lo, hi))]
+    bodies = [[op for addr, op in code if lo <= addr <= hi] for lo, hi in innermost]
+    return [body for body in bodies if any(_SASS_MMA.search(op) for op in body)]
+
+
 def main_loop_body(sass: str) -> list[str] | None:
     """The SASS instructions of one iteration of a kernel's main loop, in order; None if
     the SASS has no loop with matmuls.
@@ -445,16 +461,18 @@ def main_loop_body(sass: str) -> list[str] | None:
     Loops are the spans a backward branch closes; the kernels' innermost loops with matmuls
     (``HGMMA``/``HMMA``) are copies of one loop body, masked and unmasked, and the main loop
     is the copy with the fewest instructions: masking only adds some."""
-    code = _sass_code(sass)
-    loops = _loops(code)
-    innermost = [(lo, hi) for lo, hi in loops
-                 if not any(lo < a and b < hi for a, b in loops if (a, b) != (lo, hi))]
-    best = None
-    for lo, hi in innermost:
-        body = [op for addr, op in code if lo <= addr <= hi]
-        if any(_SASS_MMA.search(op) for op in body) and (best is None or len(body) < len(best)):
-            best = body
-    return best
+    bodies = _matmul_loops(sass)
+    return min(bodies, key=len) if bodies else None
+
+
+def masked_loop_instructions(sass: str) -> int | None:
+    """The instructions a warp issues per iteration of the main loop's masked copy, the
+    loop the kernel runs over the blocks that need a mask (the causal diagonal, a partial
+    last tile): of the innermost loops with matmuls, the one with the most instructions
+    (the mask's index arithmetic, compares and selects come on top of the unmasked body's);
+    None with fewer than two such loops."""
+    bodies = _matmul_loops(sass)
+    return max(len(body) for body in bodies) if len(bodies) > 1 else None
 
 
 def main_loop(sass: str) -> tuple[int, int, int, int] | None:
@@ -662,6 +680,8 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            **dict(zip(("prologue_instructions", "epilogue_instructions"),
                                       (sass and outside_loop_instructions(sass))
                                       or (None, None), strict=True)),
+                           masked_loop_instructions=(masked_loop_instructions(sass)
+                                                     if sass else None),
                            registers=registers, spill_bytes=spill,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
                            mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
@@ -729,7 +749,7 @@ def _well_typed(result: dict) -> bool:
               "wgmma_rs_ops", "loads_in_flight", "loop_instructions",
               "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
               "spill_reload_waits", "straight_instructions", "prologue_instructions",
-              "epilogue_instructions")
+              "epilogue_instructions", "masked_loop_instructions")
     ratios = ("wgmma_smem_bytes_per_flop", "wgmma_smem_bytes_per_flop_max")
     return (all(result[k] is None or (isinstance(result[k], int)
                                       and not isinstance(result[k], bool) and result[k] >= 0)

@@ -59,6 +59,10 @@ class CompiledResources:
     # pace the least time of the CTA's prologue and epilogue (``simulator.sim.program``).
     prologue_instructions: int | None = None
     epilogue_instructions: int | None = None
+    # The instructions each warp issues per iteration of the main loop's masked copy
+    # (``kernels.resources.masked_loop_instructions``): the least path of the iterations
+    # the schedule marks masked (``traces.schedules.base.Kernel.loop_masked``).
+    masked_loop_instructions: int | None = None
 
     def __post_init__(self):
         if self.registers_per_thread == 0:

@@ -322,3 +322,58 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     np.testing.assert_allclose(around.post.path_s, 1014 * 5.19 / 1.789e9, rtol=1e-12)
     assert bare.post.path_s.max() < 1014 * 5.19 / 1.789e9 / 4  # its units' path: shorter
     np.testing.assert_array_equal(around.loop.path_s, bare.loop.path_s)
+
+
+def test_the_schedule_marks_the_iterations_the_kernels_run_masked():
+    """FA2's iterations over blocks that need a mask (``Kernel.loop_masked``), as its
+    Triton kernels split their loops (``kernels.common.kv_blocks_visible``,
+    ``q_blocks_visible``): the causal diagonal and a partial last tile, by hand."""
+
+    def masked(problem, tiling, name):
+        (kernel,) = [k for k in build_schedule(problem, tiling, "fa2").kernels
+                     if k.name == name]
+        flags = np.asarray(kernel.loop_masked(kernel.loop_context()), dtype=bool)
+        return np.split(flags, np.cumsum(kernel.loop_count)[:-1])
+
+    # causal, 64 x 64 at N = 256: Q block i visits K/V blocks 0..i, the last on the diagonal
+    for cta in masked(AttentionProblem(1, 1, 256, 64, causal=True), Tiling(64, 64), "fa2_fwd"):
+        assert cta.tolist() == [False] * (cta.size - 1) + [True]
+    # 128 x 64: Q block 0 (rows 0-127) masks both its blocks, block 1 (rows 128-255) its
+    # last two: row 128 sees columns up to 128, not all of block 2 (128-191)
+    first, second = masked(AttentionProblem(1, 1, 256, 64, causal=True), Tiling(128, 64),
+                           "fa2_fwd")
+    assert first.tolist() == [True, True] and second.tolist() == [False, False, True, True]
+    # not causal, N = 200 with BN = 64: the partial last block, in every CTA of dQ too
+    for name, pass_ in (("fa2_fwd", "fwd"), ("fa2_bwd_dq", "bwd")):
+        for cta in masked(AttentionProblem(1, 1, 200, 64, pass_=pass_), Tiling(64, 64), name):
+            assert cta.tolist() == [False, False, False, True]
+    # dK/dV, causal, 16 x 64 at N = 128: K/V block 0 is seen by Q blocks 0-7, the first four
+    # (rows 0-63) masked; block 1 by Q blocks 4-7, all on its diagonal; a group of two heads
+    # repeats them per head
+    ctas = masked(AttentionProblem(1, 2, 128, 64, kv_heads=1, causal=True, pass_="bwd"),
+                  Tiling(16, 64), "fa2_bwd_dkdv")
+    assert [c.tolist() for c in ctas] == [([True] * 4 + [False] * 4) * 2, [True] * 8]
+    assert not any(f.any() for f in masked(AttentionProblem(1, 1, 256, 64, pass_="bwd"),
+                                           Tiling(64, 64), "fa2_bwd_dkdv"))
+
+
+def test_masked_iterations_take_the_masked_copys_instructions():
+    """With the compile's masked loop count, the iterations the schedule marks masked take
+    at least that many instructions at the pace, the others the main loop's."""
+    from simulator.occupancy import CompiledResources
+
+    h200 = load_hardware("h200-sxm")
+    sched = build_schedule(AttentionProblem(1, 1, 512, 128, causal=True), Tiling(128, 128, 2, 8),
+                           "fa2")
+    (fwd,) = sched.kernels
+    given = {"fa2_fwd": CompiledResources(255, 65536, loop_instructions=499,
+                                          masked_loop_instructions=1006)}
+    prog = kernel_program(fwd, sched, h200, compress=False, compiled=given)
+    flags = np.asarray(fwd.loop_masked(fwd.loop_context()), dtype=bool)
+    assert flags.sum() == 4 and flags.size == 1 + 2 + 3 + 4  # one diagonal block a CTA
+    pace = 5.19 / 1.789e9
+    assert np.all(prog.loop.path_s[flags] >= 1006 * pace * (1 - 1e-12))
+    unmasked = kernel_program(fwd, sched, h200, compress=False, compiled={
+        "fa2_fwd": CompiledResources(255, 65536, loop_instructions=499)})
+    np.testing.assert_array_equal(prog.loop.path_s[~flags], unmasked.loop.path_s[~flags])
+    assert np.all(unmasked.loop.path_s[flags] < 1006 * pace)

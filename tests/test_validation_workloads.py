@@ -78,7 +78,8 @@ def test_kernel_facts_read_the_compiled_kernel():
                      "spill_store_bytes_per_iteration": None,
                      "spill_reload_waits": None,
                      "straight_instructions": None,  # no SASS without a cubin
-                     "prologue_instructions": None, "epilogue_instructions": None}
+                     "prologue_instructions": None, "epilogue_instructions": None,
+                     "masked_loop_instructions": None}
     no_wgmma = types.SimpleNamespace(asm={"ptx": "mma.sync"},
                                      metadata=types.SimpleNamespace(shared=0))
     assert kernel_facts("decode_split", no_wgmma)["wgmma_smem_bytes_per_flop"] is None

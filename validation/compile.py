@@ -176,14 +176,16 @@ def kernel_facts(name: str, compiled) -> dict:
     with matmuls), and, for a kernel without loops, the instructions a warp issues
     (``kernels.resources.straight_instructions``), and, for a kernel with loops, those it
     issues outside them, before the first and after it
-    (``kernels.resources.outside_loop_instructions``)."""
+    (``kernels.resources.outside_loop_instructions``), and per iteration of its main
+    loop's masked copy (``kernels.resources.masked_loop_instructions``)."""
     from kernels.resources import dot_layouts, loop_pipeline, wgmma_operand_demand
 
     ttgir = compiled.asm.get("ttgir", "")
     mix, worst = wgmma_operand_demand(compiled.asm.get("ptx", ""))
     registers, spill = _registers(compiled)
     in_flight, after_compute = loop_pipeline(ttgir)
-    instructions, loaded, stored, reloads, straight, prologue, epilogue = _sass_costs(compiled)
+    (instructions, loaded, stored, reloads, straight, prologue, epilogue,
+     masked) = _sass_costs(compiled)
     return {"name": name, "shared_bytes": int(compiled.metadata.shared),
             "registers": registers, "spill_bytes": spill,
             "wgmma_smem_bytes_per_flop": mix, "wgmma_smem_bytes_per_flop_max": worst,
@@ -192,7 +194,7 @@ def kernel_facts(name: str, compiled) -> dict:
             "loop_instructions": instructions, "spill_load_bytes_per_iteration": loaded,
             "spill_store_bytes_per_iteration": stored, "spill_reload_waits": reloads,
             "straight_instructions": straight, "prologue_instructions": prologue,
-            "epilogue_instructions": epilogue}
+            "epilogue_instructions": epilogue, "masked_loop_instructions": masked}
 
 
 def _registers(compiled) -> tuple[int | None, int | None]:
@@ -211,8 +213,9 @@ def _registers(compiled) -> tuple[int | None, int | None]:
 
 def _sass_costs(compiled) -> tuple[int | None, ...]:
     """(instructions per warp, spill bytes loaded and stored per thread, waits for reloaded
-    spills) of one main-loop iteration, a loop-less kernel's instructions per warp, and a
-    looped kernel's outside its loops, before and after them
+    spills) of one main-loop iteration, a loop-less kernel's instructions per warp, a
+    looped kernel's outside its loops, before and after them, and per iteration of its
+    main loop's masked copy
     (``kernels.resources.sass_costs``); Nones if unreadable (like ``_registers``: a missing
     fact must not cost the device run anything)."""
     from kernels.resources import SASS_COSTS

@@ -5,7 +5,8 @@ made before the device run read the main loop's SASS (``kernels.resources.main_l
 instructions a warp issues per iteration, the spill bytes a thread loads and stores, the
 waits for the reloads; since 2026-12-04, the instructions a warp issues in a kernel
 without loops, ``kernels.resources.straight_instructions``; since 2026-12-05, those it
-issues outside the loops of a kernel with loops, ``outside_loop_instructions``) carry
+issues outside the loops of a kernel with loops, ``outside_loop_instructions``, and per
+iteration of its main loop's masked copy, ``masked_loop_instructions``) carry
 registers and shared
 memory but not those, so the model times their spilling kernels as if nothing spilled
 (the H200 records of 2026-11-30: FA2's forward at d = 128, 128 x 64, 4 warps, and dK/dV at
@@ -34,7 +35,7 @@ from traces.tiling import Tiling
 
 LOOP_FACTS = ("loop_instructions", "spill_load_bytes_per_iteration",
               "spill_store_bytes_per_iteration", "spill_reload_waits", "straight_instructions",
-              "prologue_instructions", "epilogue_instructions")
+              "prologue_instructions", "epilogue_instructions", "masked_loop_instructions")
 
 
 def _lacks_loop_facts(rec: dict) -> bool:

@@ -67,15 +67,16 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     for fact in rec.get("kernel_facts") or ():
         loaded, stored = (fact.get(f"spill_{kind}_bytes_per_iteration")
                           for kind in ("load", "store"))
-        waits, loop_issued, straight_issued, prologue, epilogue = (
+        waits, loop_issued, straight_issued, prologue, epilogue, masked = (
             None if fact.get(key) is None else int(fact[key])
             for key in ("spill_reload_waits", "loop_instructions", "straight_instructions",
-                        "prologue_instructions", "epilogue_instructions"))
+                        "prologue_instructions", "epilogue_instructions",
+                        "masked_loop_instructions"))
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
             None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
             spill_per_iteration(loaded, stored), waits, loop_issued, straight_issued,
-            prologue, epilogue)
+            prologue, epilogue, masked)
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

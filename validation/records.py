@@ -48,11 +48,12 @@ FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "wgmma_smem_bytes_per_f
              "wgmma_smem_bytes_per_flop_max", "loads_in_flight", "loop_instructions",
              "spill_load_bytes_per_iteration", "spill_store_bytes_per_iteration",
              "spill_reload_waits", "straight_instructions", "prologue_instructions",
-             "epilogue_instructions")
+             "epilogue_instructions", "masked_loop_instructions")
 COUNT_FACT_KEYS = ("shared_bytes", "registers", "spill_bytes", "loads_in_flight",
                    "loop_instructions", "spill_load_bytes_per_iteration",
                    "spill_store_bytes_per_iteration", "spill_reload_waits",
-                   "straight_instructions", "prologue_instructions", "epilogue_instructions")
+                   "straight_instructions", "prologue_instructions", "epilogue_instructions",
+                   "masked_loop_instructions")
 
 
 class RecordError(ProblemError):

@@ -104,7 +104,8 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                                                            r.loop_instructions,
                                                            r.straight_instructions,
                                                            r.prologue_instructions,
-                                                           r.epilogue_instructions)
+                                                           r.epilogue_instructions,
+                                                           r.masked_loop_instructions)
                                    for name, r in rows.items()})
     return out
 

@@ -51,7 +51,13 @@ setting up pointers, the software pipeline's first loads and last waits, normali
 storing the result. FA2's forward issues 422-1,601 of them a warp (16 x 64 at d = 64 to
 128 x 64 at d = 128, Triton 3.6), 1.2-3.6 iterations' worth, and on the H200 records each
 of its CTAs took 1.6-7.2 us more than the model gave it (the intercepts of its kernel
-durations against the iterations per CTA, N = 1k to 16k), the slopes within 7%.
+durations against the iterations per CTA, N = 1k to 16k), the slopes within 7%. The
+iterations over the blocks that need a mask (the causal diagonal, a partial last tile) run
+the loop's masked copy, which issues more instructions (``Kernel.loop_masked``,
+``kernels.resources.masked_loop_instructions``): FA2's causal forward at 128 x 128 with 8
+warps, d = 128, 499 unmasked and 1,006 masked (Triton 3.6), one masked iteration a CTA;
+at N = 1k its CTAs average 4.5 iterations, so the masked one is a fifth of their
+instructions.
 
 **HBM reads of parts of lines** (``hbm_line_cost``). A load whose contiguous runs of bytes
 are shorter than an L2 line (the preset's ``l2_line_bytes``, 128 B) misses a part of each
@@ -311,6 +317,20 @@ def issue_floor_s(instructions: int | None, hw: Hardware) -> float:
     return instructions * hw.warp_cycles_per_instruction / hw.sm_clock_hz
 
 
+def loop_floor_s(kernel: Kernel, period: int, given: CompiledResources,
+                 hw: Hardware) -> np.ndarray | float:
+    """The least time of each loop iteration of CTAs ``0 .. period - 1`` (module
+    docstring): its main loop's instructions at the pace, the masked copy's in the
+    iterations the schedule marks masked (``Kernel.loop_masked``) where the compile counts
+    them; 0 where neither is known."""
+    floor = issue_floor_s(given.loop_instructions, hw)
+    if kernel.loop_masked is None or not given.masked_loop_instructions or not kernel.loop:
+        return floor
+    ctx = kernel.loop_context(np.arange(period, dtype=np.int64))
+    masked = np.asarray(kernel.loop_masked(ctx), dtype=bool)
+    return np.where(masked, issue_floor_s(given.masked_loop_instructions, hw), floor)
+
+
 def spill_round_trips(given: CompiledResources) -> int:
     """L2 round trips one loop iteration waits for its reloaded spills (module docstring):
     the compile's count of waits, or one where it spills but the count is not known."""
@@ -345,7 +365,7 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
                      costs, staging, spill * schedule.tiling.threads,
                      pipelined=schedule.tiling.num_stages > 1)
     loop.path_s += hw.iteration_overhead_s + spill_round_trips(given) * hw.l2_latency_s
-    loop.path_s = np.maximum(loop.path_s, issue_floor_s(given.loop_instructions, hw))
+    loop.path_s = np.maximum(loop.path_s, loop_floor_s(kernel, period, given, hw))
     if not kernel.loop:  # one straight run of instructions: the whole CTA's in the prologue
         pre.path_s = np.maximum(pre.path_s, issue_floor_s(given.straight_instructions, hw))
     else:  # the code around the loop: the prologue's before it, the rest after

@@ -135,6 +135,11 @@ class Kernel:
     extra: dict = field(default_factory=dict)
     mma_rows: int = 0
     dots: tuple[Dot, ...] = ()
+    # Per loop iteration (its context, as a loop step's), whether it runs the loop's masked
+    # copy: the kernel's Triton twin runs the blocks that need a mask (the causal diagonal,
+    # a partial tile at the end of a sequence) in a loop of their own, which issues more
+    # instructions an iteration (``simulator.sim.program``). None: no iteration is masked.
+    loop_masked: Callable[[dict], np.ndarray] | None = None
 
     @property
     def grid(self) -> int:
@@ -197,6 +202,39 @@ def causal_last_block(
     last_col = last_row + (seq_kv - seq_q)
     tc = cdiv(seq_kv, block_n)
     return np.clip(np.floor_divide(last_col, block_n) + 1, 0, tc)
+
+
+def kv_blocks_unmasked(row_block: np.ndarray, block_m: int, block_n: int, seq_q: int,
+                       seq_kv: int, causal: bool) -> np.ndarray:
+    """How many K/V blocks, from the first, Q block ``row_block`` visits without a mask
+    (``kernels.common.kv_blocks_visible``'s unmasked prefix): every row of the Q block sees
+    every column of the K/V block, and the K/V block is whole; the blocks after them up to
+    ``causal_last_block`` are masked."""
+    whole = seq_kv // block_n
+    if not causal:
+        return np.full(np.shape(row_block), whole, dtype=np.int64)
+    first = np.asarray(row_block) * block_m + (seq_kv - seq_q) + 1
+    unmasked = np.where(first < 0, 0, np.minimum(first // block_n, whole))
+    last = causal_last_block(np.asarray(row_block), block_m, block_n, seq_q, seq_kv)
+    return np.minimum(unmasked, last).astype(np.int64)
+
+
+def q_blocks_unmasked(col_block: np.ndarray, block_m: int, block_n: int, seq_q: int,
+                      seq_kv: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(mid, tail)`` of ``kernels.common.q_blocks_visible`` for K/V block ``col_block``:
+    the Q blocks ``mid .. tail - 1`` see all of it without a mask (whole Q blocks whose first
+    row sees its last column); those from ``causal_first_row_block`` up to ``mid``, and from
+    ``tail`` on, are masked."""
+    col_block = np.asarray(col_block)
+    whole = seq_q // block_m
+    if causal:
+        start = causal_first_row_block(col_block, block_m, block_n, seq_q, seq_kv)
+        last_col = col_block * block_n + block_n - 1 - (seq_kv - seq_q)
+        full = np.where(last_col <= 0, 0, (last_col + block_m - 1) // block_m)
+    else:
+        start = full = np.zeros(col_block.shape, dtype=np.int64)
+    mid = np.maximum(start, np.minimum(full, whole))
+    return mid.astype(np.int64), np.maximum(mid, whole).astype(np.int64)
 
 
 def causal_first_row_block(

@@ -23,6 +23,8 @@ from traces.schedules.base import (
     causal_last_block,
     cdiv,
     grid_coords,
+    kv_blocks_unmasked,
+    q_blocks_unmasked,
     tile_compute,
     valid_extent,
 )
@@ -87,6 +89,9 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
     def finish(rows):
         return 0, rows, rows * d + rows  # O /= l, LSE = m + log(l)
 
+    def masked(c):  # the K/V blocks past the unmasked prefix: the masked loop's
+        return c["t"] >= kv_blocks_unmasked(c["i"], bm, bn, p.seq_q, p.seq_kv, p.causal)
+
     sram = bm * d * s + t.num_stages * 2 * bn * d * s
     return Kernel(
         name="fa2_fwd",
@@ -103,6 +108,7 @@ def forward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> Kerne
         mma_rows=bm,
         dots=(Dot(bm, bn, d, feeds_dot=True, row_reductions=2),  # S: its row max and sum
               Dot(bm, d, bn, a="result")),
+        loop_masked=masked,
     )
 
 
@@ -154,6 +160,11 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
     def own_cols(c):
         return valid_extent(c["j"], bn, p.seq_kv)
 
+    def dkdv_masked(c):  # the Q blocks before the unmasked run, or from its end on
+        mid, tail = q_blocks_unmasked(c["j"], bm, bn, p.seq_q, p.seq_kv, p.causal)
+        block = q_of_loop(c)[1]
+        return (block < mid) | (block >= tail)
+
     def dkdv_step(rows, cols):
         # S = QK^T, dV += P^T dO, dP = dO V^T, dK += dS^T Q: four matmuls (S recomputed).
         return 8 * rows * cols * d, rows * cols, 4 * rows * cols
@@ -172,6 +183,7 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         mma_rows=bn,  # every product of this kernel has the K/V block's rows: dK, dV, S^T
         dots=(Dot(bn, bm, d, feeds_dot=True), Dot(bn, d, bm, a="result"),  # S^T, dV
               Dot(bn, bm, d, feeds_dot=True), Dot(bn, d, bm, a="result")),  # dP^T, dK
+        loop_masked=dkdv_masked,
     )
 
     # dQ: one CTA per Q block; loop over K/V blocks.
@@ -189,6 +201,9 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
 
     def loop_cols(c):
         return valid_extent(c["t"], bn, p.seq_kv)
+
+    def dq_masked(c):
+        return c["t"] >= kv_blocks_unmasked(c["i"], bm, bn, p.seq_q, p.seq_kv, p.causal)
 
     def dq_step(rows, cols):
         # S = QK^T, dP = dO V^T, dQ += dS K: three matmuls (S and dP recomputed).
@@ -208,5 +223,6 @@ def backward(p: AttentionProblem, t: Tiling, tensors: dict[str, Tensor]) -> list
         mma_rows=bm,
         dots=(Dot(bm, bn, d, feeds_dot=True), Dot(bm, bn, d, feeds_dot=True),  # S, dP
               Dot(bm, d, bn, a="result")),  # dQ
+        loop_masked=dq_masked,
     )
     return [preprocess, dkdv, dq]
