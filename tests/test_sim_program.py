@@ -272,7 +272,7 @@ def test_staging_by_hand():
 def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace():
     """The preset's ``warp_cycles_per_instruction`` floors a CTA's critical path: naive
     softmax's one row of 16k keys, causal, 4 warps, whose compile issues 2,253 instructions
-    a warp (Triton 3.6, sm_90), takes at least 2253 x 5.19 cycles at 1.98 GHz (5.91 us),
+    a warp (Triton 3.6, sm_90), takes at least 2253 x 5.15 cycles at 1.98 GHz (5.86 us),
     where its units alone would take 0.8 us; a loop iteration takes at least its main
     loop's instructions at that pace, at the kernel's own clock (FA2 with matmuls: 1.789
     GHz). Unmeasured (the preset's None) or not compiled, nothing changes."""
@@ -281,7 +281,7 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     from simulator.occupancy import CompiledResources
 
     h200 = load_hardware("h200-sxm")
-    assert h200.warp_cycles_per_instruction == 5.19
+    assert h200.warp_cycles_per_instruction == 5.15
     problem = AttentionProblem(1, 1, 16384, 64, causal=True)
     sched = build_schedule(problem, Tiling(64, 64), "naive")
     softmax = next(k for k in sched.kernels if k.name == "naive_softmax")
@@ -289,7 +289,7 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     bare = kernel_program(softmax, sched, h200)
     floored = kernel_program(softmax, sched, h200, compiled=given)
     assert bare.pre.path_s.max() < 1e-6
-    np.testing.assert_allclose(floored.pre.path_s, 2253 * 5.19 / 1.98e9, rtol=1e-12)
+    np.testing.assert_allclose(floored.pre.path_s, 2253 * 5.15 / 1.98e9, rtol=1e-12)
     unmeasured = dataclasses.replace(h200, warp_cycles_per_instruction=None)
     np.testing.assert_array_equal(
         kernel_program(softmax, sched, unmeasured, compiled=given).pre.path_s, bare.pre.path_s)
@@ -306,10 +306,10 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     (fwd,) = sched.kernels
     bare = kernel_program(fwd, sched, h200)
     iteration = bare.loop.path_s.max()
-    slow = int(2 * iteration * 1.789e9 / 5.19)  # twice the units' path at the pace
+    slow = int(2 * iteration * 1.789e9 / 5.15)  # twice the units' path at the pace
     floored = kernel_program(fwd, sched, h200, compiled={
         "fa2_fwd": CompiledResources(165, 40960, loop_instructions=slow)})
-    np.testing.assert_allclose(floored.loop.path_s, slow * 5.19 / 1.789e9, rtol=1e-12)
+    np.testing.assert_allclose(floored.loop.path_s, slow * 5.15 / 1.789e9, rtol=1e-12)
     fast = kernel_program(fwd, sched, h200, compiled={
         "fa2_fwd": CompiledResources(165, 40960, loop_instructions=slow // 4)})
     np.testing.assert_array_equal(fast.loop.path_s, bare.loop.path_s)
@@ -318,9 +318,9 @@ def test_a_warp_goes_through_its_instructions_no_faster_than_the_measured_pace()
     around = kernel_program(fwd, sched, h200, compiled={"fa2_fwd": CompiledResources(
         165, 40960, loop_instructions=slow // 4, prologue_instructions=435,
         epilogue_instructions=1014)})
-    np.testing.assert_allclose(around.pre.path_s, 435 * 5.19 / 1.789e9, rtol=1e-12)
-    np.testing.assert_allclose(around.post.path_s, 1014 * 5.19 / 1.789e9, rtol=1e-12)
-    assert bare.post.path_s.max() < 1014 * 5.19 / 1.789e9 / 4  # its units' path: shorter
+    np.testing.assert_allclose(around.pre.path_s, 435 * 5.15 / 1.789e9, rtol=1e-12)
+    np.testing.assert_allclose(around.post.path_s, 1014 * 5.15 / 1.789e9, rtol=1e-12)
+    assert bare.post.path_s.max() < 1014 * 5.15 / 1.789e9 / 4  # its units' path: shorter
     np.testing.assert_array_equal(around.loop.path_s, bare.loop.path_s)
 
 
@@ -371,7 +371,7 @@ def test_masked_iterations_take_the_masked_copys_instructions():
     prog = kernel_program(fwd, sched, h200, compress=False, compiled=given)
     flags = np.asarray(fwd.loop_masked(fwd.loop_context()), dtype=bool)
     assert flags.sum() == 4 and flags.size == 1 + 2 + 3 + 4  # one diagonal block a CTA
-    pace = 5.19 / 1.789e9
+    pace = 5.15 / 1.789e9
     assert np.all(prog.loop.path_s[flags] >= 1006 * pace * (1 - 1e-12))
     unmasked = kernel_program(fwd, sched, h200, compress=False, compiled={
         "fa2_fwd": CompiledResources(255, 65536, loop_instructions=499)})

@@ -50,6 +50,22 @@ def test_cycles_per_instruction_by_hand():
     assert paces[1]["cycles_per_iteration"] == pytest.approx(100e-6 * 1.789e9 * 128 / 4096)
     assert paces[1]["cycles_per_instruction"] == pytest.approx(5590.625 / 446)
     assert paces[0]["cycles_per_instruction"] == pytest.approx(5590.625 / 446 / 2)
+    # the instructions around its loops count too: 128 CTAs of 32 x 446 + 435 + 1,014
+    around = json.loads(json.dumps(slow))
+    around["kernel_facts"][0].update(prologue_instructions=435, epilogue_instructions=1014)
+    (paced,) = pace.loop_paces([around], H200)
+    assert paced["issued"] == 128 * (32 * 446 + 435 + 1014)
+    assert paced["cycles_per_instruction"] == pytest.approx(
+        100e-6 * 1.789e9 * 128 / (128 * (32 * 446 + 1449)))
+    # causal at 128 x 32: Q block i visits 4 (i + 1) K/V blocks (16 heads x 4 x 36), the
+    # last 4 of them on its diagonal, masked
+    causal = _timed("fa2", AttentionProblem(1, 16, 1024, 128, causal=True), tiling,
+                    {"fa2_fwd": 100e-6}, [{"name": "fa2_fwd", "registers": 165,
+                                           "shared_bytes": 40960, "loop_instructions": 446,
+                                           "masked_loop_instructions": 600}])
+    (paced,) = pace.loop_paces([causal], H200)
+    assert paced["iterations"] == 16 * 4 * 36
+    assert paced["issued"] == paced["iterations"] * 446 + 128 * 4 * (600 - 446)
 
 
 def test_cli_lists_the_fastest_first_and_says_when_nothing_counts(tmp_path, capsys):

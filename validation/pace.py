@@ -12,14 +12,20 @@ Per kernel of a record whose main loop's instructions are known (``kernel_facts`
 the cycles one CTA took per loop iteration: the kernel's Nsight Compute duration x the SM
 clock it ran at (``sm_clock_tensor_hz`` for a kernel with matmuls) x the CTAs resident at
 once (the SMs x the CTAs one SM holds, at the record's registers and shared memory; the
-grid if smaller) / the loop iterations of all its CTAs; and that over the instructions
-each warp issues per iteration. The kernel's whole time counts as loop time, and every
-slot as busy to the end, so each pace is an upper bound of its loop's own, by the share
-of time outside the loop and in a part-empty last wave (a few percent in the fastest).
+grid if smaller) / the loop iterations of all its CTAs; and the kernel's cycles per
+instruction: the same cycles over the instructions each warp issues in all, per CTA its
+iterations' (the main loop's count, the masked copy's in the iterations the schedule marks
+masked) and those around its loops, where the compile counts them
+(``masked_loop_instructions``, ``prologue_instructions``, ``epilogue_instructions``; the
+model times each of them at this pace, ``simulator.sim.program``). Every slot counts as
+busy to the end, so each pace is an upper bound of the warps' own, by the share of time
+in a part-empty last wave.
 
 The fewest cycles per instruction over all the records' loops is the preset's floor: no
 loop of ours went faster. On the H200 records of 2026-11-30 it is FA2's forward at d = 128,
-128 x 32, 3 stages, 4 warps (two warps per scheduler), 5.2 cycles; naive softmax, which has
+128 x 32, 3 stages, 4 warps (two warps per scheduler), 5.2 cycles (5.16 with the
+instructions around its loops counted, 1,449 a warp beside 512 iterations of 446, since
+2026-12-05; 5.19 without them); naive softmax, which has
 no loop, agrees: at N = 4k, causal, its warps stalled 4.9 cycles per instruction on
 anything but memory and barriers (``validation.stalls``), and at N = 16k, causal, 8 warps
 for the row took 2.7 us less per CTA than 4 with 1,113 fewer instructions a warp: 4.8
@@ -41,7 +47,10 @@ from traces.tiling import Tiling
 def loop_paces(records: list[dict], hw) -> list[dict]:
     """Per record and kernel with a main loop whose instructions are known and a measured
     duration: ``{"record_id", "kernel", "instructions", "resident", "iterations",
-    "cycles_per_iteration", "cycles_per_instruction"}`` (module docstring), fastest first."""
+    "cycles_per_iteration", "issued", "cycles_per_instruction"}`` (module docstring;
+    ``issued``: the instructions a warp issues, summed over the CTAs), fastest first."""
+    import numpy as np
+
     from simulator.occupancy import kernel_residency
     from traces.schedules import build_schedule
     from validation.predict import compiled_resources
@@ -67,11 +76,17 @@ def loop_paces(records: list[dict], hw) -> list[dict]:
             res = kernel_residency(kernel, tiling, problem.head_dim, hw, compiled)
             clock = (hw.at_tensor_clock() if kernel.dots else hw).sm_clock_hz
             resident = min(hw.sm_count * res.ctas_per_sm, kernel.grid)
-            per_iteration = durations[kernel.name] * clock * resident / iterations
+            cycles = durations[kernel.name] * clock * resident
+            issued = iterations * given.loop_instructions
+            if given.masked_loop_instructions and kernel.loop_masked is not None:
+                masked = int(np.count_nonzero(kernel.loop_masked(kernel.loop_context())))
+                issued += masked * (given.masked_loop_instructions - given.loop_instructions)
+            issued += kernel.grid * ((given.prologue_instructions or 0)
+                                     + (given.epilogue_instructions or 0))
             paces.append({"record_id": rec["record_id"], "kernel": kernel.name,
                           "instructions": given.loop_instructions, "resident": resident,
-                          "iterations": iterations, "cycles_per_iteration": per_iteration,
-                          "cycles_per_instruction": per_iteration / given.loop_instructions})
+                          "iterations": iterations, "cycles_per_iteration": cycles / iterations,
+                          "issued": issued, "cycles_per_instruction": cycles / issued})
     return sorted(paces, key=lambda p: p["cycles_per_instruction"])
 
 

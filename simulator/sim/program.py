@@ -43,7 +43,7 @@ the count, a loop iteration's path is at least its main loop's instructions at t
 and a kernel without loops (naive softmax, the backward's preprocess) has all of its
 instructions at that pace as the least path of its one compute step. Naive softmax at
 N = 16k, causal, with 4 warps issues 2,253 instructions a warp for its one row: 5.9 us at
-5.19 cycles each, where its units would do the row's work in 0.8 us; measured, its CTAs
+5.15 cycles each, where its units would do the row's work in 0.8 us; measured, its CTAs
 took 8.9 us each (two resident per SM; the H200 records). In a kernel with loops the
 instructions outside them set the least path of the prologue (those before the first
 loop) and of the epilogue (those after it; ``kernels.resources.outside_loop_instructions``):
