@@ -470,7 +470,9 @@ def masked_loop_instructions(sass: str) -> int | None:
     loop the kernel runs over the blocks that need a mask (the causal diagonal, a partial
     last tile): of the innermost loops with matmuls, the one with the most instructions
     (the mask's index arithmetic, compares and selects come on top of the unmasked body's);
-    None with fewer than two such loops."""
+    None with fewer than two such loops. A static count: FA2's forward and dQ issue it
+    (within 2% on the H200), dK/dV's diagonal copy branches over part of its body and
+    issues less (``tests/test_kernels_aot.py``)."""
     bodies = _matmul_loops(sass)
     return max(len(body) for body in bodies) if len(bodies) > 1 else None
 
@@ -525,9 +527,10 @@ def outside_loop_instructions(sass: str) -> tuple[int, int] | None:
     branches close, ``_loops``), padding ``NOP``s left out. Code after the first loop counts
     whether the loops between run or not, and forward branches are not followed: where a
     branch skips code (a loop with no iteration, its pipeline's set-up), the count is high.
-    On the H200 stall profiles a warp of the non-causal FA2 and naive P·V launches issued
-    0.85-1.0 times these counts beside its main loops' iterations
-    (``tests/test_kernels_aot.py``). None without a loop or without that ``EXIT``."""
+    On the H200 stall profiles a warp of the non-causal looped launches (FA2, naive P·V,
+    decode's split) issued 0.85-1.02 times these counts beside its main loop's iterations
+    (median 0.95; under the device's Triton, ``tests/test_kernels_aot.py``). None without a
+    loop or without that ``EXIT``."""
     code = _sass_code(sass)
     loops = _loops(code)
     if not loops:
@@ -664,6 +667,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
     registers, spill = _cuobjdump_usage(compiled.asm["cubin"])
     sass = _cuobjdump(compiled.asm["cubin"], "-sass")
     body = main_loop_body(sass) if sass else None
+    prologue, epilogue = (sass and outside_loop_instructions(sass)) or (None, None)
     loop_instructions, spill_loaded, spill_stored, reloads = (
         loop_facts(body) if body else (None, None, None, None))
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
@@ -677,9 +681,7 @@ def compile_one(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tilin
                            spill_reload_waits=reloads,
                            loop_shuffles=None if body is None else shuffles_in(body),
                            straight_instructions=straight_instructions(sass) if sass else None,
-                           **dict(zip(("prologue_instructions", "epilogue_instructions"),
-                                      (sass and outside_loop_instructions(sass))
-                                      or (None, None), strict=True)),
+                           prologue_instructions=prologue, epilogue_instructions=epilogue,
                            masked_loop_instructions=(masked_loop_instructions(sass)
                                                      if sass else None),
                            registers=registers, spill_bytes=spill,
