@@ -6,9 +6,8 @@ instructions a warp issues per iteration, the spill bytes a thread loads and sto
 waits for the reloads; since 2026-12-04, the instructions a warp issues in a kernel
 without loops, ``kernels.resources.straight_instructions``; since 2026-12-05, those it
 issues outside the loops of a kernel with loops, ``outside_loop_instructions``, and per
-iteration of its main loop's masked copy, ``masked_loop_instructions``) carry
-registers and shared
-memory but not those, so the model times their spilling kernels as if nothing spilled
+iteration of its main loop's masked copy, ``masked_loop_instructions``) carry registers
+and shared memory but not those, so the model times their spilling kernels as if nothing spilled
 (the H200 records of 2026-11-30: FA2's forward at d = 128, 128 x 64, 4 warps, and dK/dV at
 255 registers; BENCHMARKS.md, "Register spills") and their warps as if they could go
 through any number of instructions (``simulator.sim.program.issue_floor_s``).

@@ -23,8 +23,8 @@ in a part-empty last wave.
 
 The fewest cycles per instruction over all the records' loops is the preset's floor: no
 loop of ours went faster. On the H200 records of 2026-11-30 it is FA2's forward at d = 128,
-128 x 32, 3 stages, 4 warps (two warps per scheduler), 5.2 cycles (5.16 with the
-instructions around its loops counted, 1,449 a warp beside 512 iterations of 446, since
+128 x 32, 3 stages, 4 warps (two warps per scheduler), 5.15 cycles at N = 16k with the
+instructions around its loop counted, 1,449 a warp beside 512 iterations of 446 (since
 2026-12-05; 5.19 without them); naive softmax, which has
 no loop, agrees: at N = 4k, causal, its warps stalled 4.9 cycles per instruction on
 anything but memory and barriers (``validation.stalls``), and at N = 16k, causal, 8 warps
