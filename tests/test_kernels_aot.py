@@ -511,8 +511,6 @@ def test_masked_loop_instructions_match_the_h200_instruction_counts():
     diagonal iterations at the masked count (``simulator.sim.program``)."""
     import importlib.metadata
 
-    import numpy as np
-
     from traces.problem import AttentionProblem
     from traces.schedules import build_schedule
 
@@ -529,7 +527,7 @@ def test_masked_loop_instructions_match_the_h200_instruction_counts():
                      if k.name == launch.kernel]
         (compiled,) = resources.schedule_resources(problem, [t], [launch.kernel], 90)
         r = compiled[launch.kernel]
-        masked = np.asarray(kernel.loop_masked(kernel.loop_context()), dtype=bool)
+        masked = kernel.masked_iterations()
         per_warp = counted / (kernel.grid * t.num_warps)
         beyond = (per_warp - kernel.loop_count.mean() * r.loop_instructions
                   - r.prologue_instructions - r.epilogue_instructions)

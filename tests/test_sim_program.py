@@ -332,7 +332,7 @@ def test_the_schedule_marks_the_iterations_the_kernels_run_masked():
     def masked(problem, tiling, name):
         (kernel,) = [k for k in build_schedule(problem, tiling, "fa2").kernels
                      if k.name == name]
-        flags = np.asarray(kernel.loop_masked(kernel.loop_context()), dtype=bool)
+        flags = kernel.masked_iterations()
         return np.split(flags, np.cumsum(kernel.loop_count)[:-1])
 
     # causal, 64 x 64 at N = 256: Q block i visits K/V blocks 0..i, the last on the diagonal
@@ -369,7 +369,7 @@ def test_masked_iterations_take_the_masked_copys_instructions():
     given = {"fa2_fwd": CompiledResources(255, 65536, loop_instructions=499,
                                           masked_loop_instructions=1006)}
     prog = kernel_program(fwd, sched, h200, compress=False, compiled=given)
-    flags = np.asarray(fwd.loop_masked(fwd.loop_context()), dtype=bool)
+    flags = fwd.masked_iterations()
     assert flags.sum() == 4 and flags.size == 1 + 2 + 3 + 4  # one diagonal block a CTA
     pace = 5.15 / 1.789e9
     assert np.all(prog.loop.path_s[flags] >= 1006 * pace * (1 - 1e-12))

@@ -78,8 +78,8 @@ def loop_paces(records: list[dict], hw) -> list[dict]:
             resident = min(hw.sm_count * res.ctas_per_sm, kernel.grid)
             cycles = durations[kernel.name] * clock * resident
             issued = iterations * given.loop_instructions
-            if given.masked_loop_instructions and kernel.loop_masked is not None:
-                masked = int(np.count_nonzero(kernel.loop_masked(kernel.loop_context())))
+            if given.masked_loop_instructions:
+                masked = int(np.count_nonzero(kernel.masked_iterations()))
                 issued += masked * (given.masked_loop_instructions - given.loop_instructions)
             issued += kernel.grid * ((given.prologue_instructions or 0)
                                      + (given.epilogue_instructions or 0))

@@ -326,8 +326,7 @@ def loop_floor_s(kernel: Kernel, period: int, given: CompiledResources,
     floor = issue_floor_s(given.loop_instructions, hw)
     if kernel.loop_masked is None or not given.masked_loop_instructions or not kernel.loop:
         return floor
-    ctx = kernel.loop_context(np.arange(period, dtype=np.int64))
-    masked = np.asarray(kernel.loop_masked(ctx), dtype=bool)
+    masked = kernel.masked_iterations(np.arange(period, dtype=np.int64))
     return np.where(masked, issue_floor_s(given.masked_loop_instructions, hw), floor)
 
 

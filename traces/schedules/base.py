@@ -158,6 +158,14 @@ class Kernel:
         ctx["cta"] = owner
         return ctx
 
+    def masked_iterations(self, ctas: np.ndarray | None = None) -> np.ndarray:
+        """Per loop iteration of ``ctas`` (default: every CTA), in ``loop_context``'s
+        order, whether it runs the loop's masked copy (``loop_masked``; all False without)."""
+        ctx = self.loop_context(ctas)
+        if self.loop_masked is None:
+            return np.zeros(ctx["cta"].shape, dtype=bool)
+        return np.broadcast_to(np.asarray(self.loop_masked(ctx), dtype=bool), ctx["cta"].shape)
+
     def cta_context(self) -> dict[str, np.ndarray]:
         ctx = dict(self.ctas)
         ctx["cta"] = np.arange(self.grid, dtype=np.int64)
