@@ -716,11 +716,16 @@ def cache_path() -> Path | None:
             return None
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
         folder = os.path.join(base, "tilesim")
+    return Path(folder) / f"kernel-resources-triton{triton.__version__}-{sources_digest()}.jsonl"
+
+
+def sources_digest() -> str:
+    """A hash of every source file the compiled kernels and this procedure come from (16
+    hex digits): what a compile's results depend on besides Triton's version and the job."""
     here = Path(__file__).resolve().parent
     sources = sorted({here / f"{module}.py" for module in KERNELS.values()}
                      | {here / "common.py", Path(__file__).resolve()})
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
-    return Path(folder) / f"kernel-resources-triton{triton.__version__}-{digest[:16]}.jsonl"
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
 
 
 def _read_cache(path: Path | None) -> dict[str, dict]:
@@ -799,6 +804,16 @@ def _run_worker(jobs: list[dict], on_result) -> None:
                                f"{tail[0]}")
 
 
+def job_key(kernel: str, arch: int, dtype: str, head_dim: int, tiling: Tiling, **shape) -> str:
+    """What a compile of ``kernel`` depends on besides the sources and Triton's version:
+    arch, dtype, the constexprs and launch options of this tiling and launch ``shape``
+    (``measure``'s keyword arguments), and which integer arguments are multiples of 16.
+    Tilings with the same key compile to the same kernel."""
+    consts = json.dumps(constexprs(kernel, head_dim, tiling, **shape), sort_keys=True)
+    divisible = ",".join(divisible_ints(kernel, tiling, **shape))
+    return f"{kernel}/{arch}/{dtype}/{consts}/{tiling.num_warps}/{tiling.num_stages}/{divisible}"
+
+
 def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
             tilings: list[Tiling] | None = None, workers: int | None = None, progress=None,
             **shape) -> list[KernelResources]:
@@ -820,10 +835,7 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     tilings = sweep_tilings() if tilings is None else tilings
     jobs, keys = {}, []
     for kernel, arch, tiling in itertools.product(kernels, archs, tilings):
-        consts = json.dumps(constexprs(kernel, head_dim, tiling, **shape), sort_keys=True)
-        divisible = ",".join(divisible_ints(kernel, tiling, **shape))
-        key = (f"{kernel}/{arch}/{dtype}/{consts}/{tiling.num_warps}/{tiling.num_stages}/"
-               f"{divisible}")
+        key = job_key(kernel, arch, dtype, head_dim, tiling, **shape)
         keys.append((key, tiling))
         jobs.setdefault(key, {"key": key, "kernel": kernel, "arch": arch, "dtype": dtype,
                               "head_dim": head_dim, "tiling": tiling.to_dict(), "shape": shape})

@@ -63,6 +63,9 @@ class CompiledResources:
     # (``kernels.resources.masked_loop_instructions``): the least path of the iterations
     # the schedule marks masked (``traces.schedules.base.Kernel.loop_masked``).
     masked_loop_instructions: int | None = None
+    # Where they come from: "compiled" here (``--compiled-resources``, a record's facts) or
+    # "table", tilesim's table of compiles (``kernels.table``).
+    source: str = "compiled"
 
     def __post_init__(self):
         if self.registers_per_thread == 0:

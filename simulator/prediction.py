@@ -92,14 +92,15 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
 
 
 def resources_source(compiled, name: str) -> str:
-    """Where a kernel's registers and shared memory came from: ``"compiled"`` (both),
-    ``"compiled shared memory"`` or ``"compiled registers"`` (one; the other estimated), or
-    ``"estimated"``."""
+    """Where a kernel's registers and shared memory came from: ``"compiled"`` (both,
+    compiled here or a record's), ``"table"`` (both, from tilesim's table of compiles,
+    ``kernels.table``), ``"compiled shared memory"`` or ``"compiled registers"`` (one; the
+    other estimated), or ``"estimated"``."""
     given = (compiled or {}).get(name)
     registers = bool(given and given.registers_per_thread is not None)
     shared = bool(given and given.shared_bytes is not None)
     if registers and shared:
-        return "compiled"
+        return given.source
     if registers or shared:
         return "compiled registers" if registers else "compiled shared memory"
     return "estimated"

@@ -47,22 +47,98 @@ def hardware_from_args(args: argparse.Namespace, name: str | None = None):
 
 
 def add_compiled_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--compiled-resources", action="store_true",
         help="compile this schedule's Triton kernels ahead of time for the preset's GPU "
              "(sm_90 or sm_80; needs the kernels extra: torch and triton; seconds per kernel) "
-             "and take their registers and shared memory for occupancy, not the estimate")
+             "and take their registers, shared memory, spills and instruction counts, not "
+             "the estimate. Without it, those of tilesim's table of compiles (kernels/"
+             "table.py: FA2's kernels on sm_90) where it has the schedule's kernels")
+    source.add_argument(
+        "--estimated-resources", action="store_true",
+        help="estimate registers and shared memory from the tiles, even where tilesim's "
+             "table of compiles has the kernels")
 
 
 def compiled_from_args(args: argparse.Namespace, problem, tiling, schedule: str, hw):
-    """Kernel name -> ``CompiledResources`` when ``--compiled-resources`` was given, else
-    None. ``ProblemError`` (one line) when the kernels cannot be compiled for this."""
-    if not getattr(args, "compiled_resources", False):
-        return None
-    (compiled,) = compile_resources(problem, [tiling], schedule, hw)
+    """Kernel name -> ``CompiledResources``: compiled here with ``--compiled-resources``,
+    else from tilesim's table of compiles where it covers the schedule (``table_resources``)
+    unless ``--estimated-resources``; None: estimate. ``ProblemError`` (one line) when the
+    kernels cannot be compiled for this."""
+    (compiled,) = resources_from_args(args, problem, [tiling], schedule, hw)
     if isinstance(compiled, str):
-        raise ProblemError(f"--compiled-resources: {compiled}")
+        flag = "--compiled-resources" if args.compiled_resources else "the table of compiles"
+        raise ProblemError(f"{flag}: {compiled}")
     return compiled
+
+
+def resources_from_args(args: argparse.Namespace, problem, tilings: list, schedule: str, hw,
+                        progress=None) -> list:
+    """``compiled_from_args`` for several tilings: one entry per tiling (kernel name ->
+    ``CompiledResources``, or why a kernel does not compile), or None for each where the
+    resources are estimated."""
+    if getattr(args, "compiled_resources", False):
+        return compile_resources(problem, tilings, schedule, hw, progress=progress)
+    if not getattr(args, "estimated_resources", False):
+        shipped = table_resources(problem, tilings, schedule, hw)
+        if shipped is not None:
+            return shipped
+    return [None] * len(tilings)
+
+
+def table_note() -> str:
+    """Where a prediction's table-sourced resources come from, in one line."""
+    from kernels import table
+
+    return (f"registers, shared memory, spills and instruction counts from tilesim's table "
+            f"of Triton {table.header().get('triton', '?')} compiles for sm_{table.ARCH} "
+            f"(kernels/table.py; --estimated-resources to estimate them)")
+
+
+def table_compiled(problem, tiling, schedule: str, hw) -> dict | None:
+    """``table_resources`` of one tiling: kernel name -> ``CompiledResources``, None where
+    the table has none of the schedule's kernels; ``ProblemError`` (one line) where it says
+    a kernel does not compile."""
+    shipped = table_resources(problem, [tiling], schedule, hw)
+    if shipped is None:
+        return None
+    if isinstance(shipped[0], str):
+        raise ProblemError(f"the table of compiles: {shipped[0]}")
+    return shipped[0]
+
+
+def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
+    """For each tiling, kernel name -> ``CompiledResources`` from tilesim's table of
+    compiles (``kernels.table``) of the schedule's kernels it has for every tiling (so that
+    a sweep rates all its tilings alike; the others are estimated), or why a kernel does
+    not compile; None where it has none of them. Needs neither Triton nor a compile."""
+    from kernels import resources, table
+    from traces.schedules import build_schedule
+
+    if hw.compute_capability != table.ARCH or not table.current():
+        return None
+    shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
+             **resources.launch_shape(problem.seq_q, problem.heads, problem.group_size)}
+    names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
+    found = {name: [table.lookup(resources.job_key(name, table.ARCH, problem.dtype,
+                                                   problem.head_dim, tiling, **shape))
+                    for tiling in tilings]
+             for name in names if name in resources.KERNELS}
+    covered = [name for name, rows in found.items() if all(rows)]
+    if not covered:
+        return None
+    out = []
+    for i, tiling in enumerate(tilings):
+        rows = {}
+        for name in covered:
+            record = dict(found[name][i], head_dim=problem.head_dim, block_m=tiling.block_m,
+                          block_n=tiling.block_n, num_stages=tiling.num_stages,
+                          num_warps=tiling.num_warps)
+            record.pop("fits")
+            rows[name] = resources.KernelResources(**record)
+        out.append(_compiled_of(rows, hw, source="table"))
+    return out
 
 
 def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) -> list:
@@ -70,7 +146,6 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
     ``ProblemError`` (one line) when none can be compiled here at all."""
     from kernels import resources  # imports neither torch nor triton
-    from simulator.occupancy import CompiledResources, spill_per_iteration
     from traces.schedules import build_schedule
 
     resources.require_compiler("--compiled-resources")
@@ -87,27 +162,32 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
                            f"{exc}") from None
     except (ValueError, RuntimeError) as exc:
         raise ProblemError(f"--compiled-resources: {exc}") from None
-    out = []
-    for rows in per_tiling:
-        over = [r for r in rows.values() if (r.registers or 0) > hw.max_registers_per_thread]
-        if over:
-            raise ProblemError(f"--compiled-resources: {over[0].kernel} compiles to "
-                               f"{over[0].registers} registers per thread, above {hw.name}'s "
-                               f"max_registers_per_thread {hw.max_registers_per_thread}")
-        failed = [r for r in rows.values() if r.error]
-        out.append(f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
-                   if failed else {name: CompiledResources(r.registers, r.shared_bytes,
-                                                           spill_per_iteration(
-                                                               r.spill_load_bytes_per_iteration,
-                                                               r.spill_store_bytes_per_iteration),
-                                                           r.spill_reload_waits,
-                                                           r.loop_instructions,
-                                                           r.straight_instructions,
-                                                           r.prologue_instructions,
-                                                           r.epilogue_instructions,
-                                                           r.masked_loop_instructions)
-                                   for name, r in rows.items()})
-    return out
+    return [_compiled_of(rows, hw) for rows in per_tiling]
+
+
+def _compiled_of(rows: dict, hw, source: str = "compiled"):
+    """Kernel name -> ``CompiledResources`` of one tiling's compiles (``kernels.resources.
+    KernelResources`` by name), or a string saying which kernel does not compile.
+    ``ProblemError`` (one line) for a kernel with more registers than ``hw`` allows."""
+    from simulator.occupancy import CompiledResources, spill_per_iteration
+
+    over = [r for r in rows.values() if (r.registers or 0) > hw.max_registers_per_thread]
+    if over:
+        where = "--compiled-resources" if source == "compiled" else "the table of compiles"
+        raise ProblemError(f"{where}: {over[0].kernel} compiles to "
+                           f"{over[0].registers} registers per thread, above {hw.name}'s "
+                           f"max_registers_per_thread {hw.max_registers_per_thread}")
+    failed = [r for r in rows.values() if r.error]
+    if failed:
+        return f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
+    return {name: CompiledResources(r.registers, r.shared_bytes,
+                                    spill_per_iteration(r.spill_load_bytes_per_iteration,
+                                                        r.spill_store_bytes_per_iteration),
+                                    r.spill_reload_waits, r.loop_instructions,
+                                    r.straight_instructions, r.prologue_instructions,
+                                    r.epilogue_instructions, r.masked_loop_instructions,
+                                    source=source)
+            for name, r in rows.items()}
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

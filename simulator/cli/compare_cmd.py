@@ -11,6 +11,7 @@ from simulator.cli.common import (
     hardware_from_args,
     print_json,
     problem_from_args,
+    table_note,
     tiling_from_args,
 )
 
@@ -62,6 +63,10 @@ def render(preds: dict) -> None:
                   *(f"{t:,.0f}" if t is not None else "-" for t in tflops), "")
     if all(k.get("resources") == "compiled" for p in (naive, fa2) for k in p["kernels"]):
         table.caption = "occupancy from the compiled kernels' registers and shared memory"
+    elif any(k.get("resources") == "table" for p in (naive, fa2) for k in p["kernels"]):
+        shipped = [p["schedule"] for p in (naive, fa2)
+                   if all(k.get("resources") == "table" for k in p["kernels"])]
+        table.caption = f"{', '.join(shipped) or 'some kernels'}: {table_note()}"
     console = output_console()
     console.print(table)
     for name in preds:

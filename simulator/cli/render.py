@@ -41,6 +41,8 @@ def _resources(pred: dict) -> str:
     kinds = {k.get("resources", "estimated") for k in pred["kernels"]}
     if kinds == {"compiled"}:
         return "compiled registers and shared memory"
+    if kinds == {"table"}:
+        return "registers and shared memory from tilesim's table of compiles"
     if kinds == {"estimated"}:
         return "estimated registers"
     return "registers and shared memory " + ", ".join(sorted(kinds)) + " by kernel"
@@ -97,6 +99,11 @@ def counts_tables(pred: dict) -> list:
         ("device memory (all tensors)", fmt_bytes(pred["device_memory_bytes"])),
         ("legal on this GPU", _legal(pred)),
     ]
+    spilling = [k for k in pred["kernels"] if k.get("spill_bytes_per_iteration")]
+    if spilling:  # known from a compile only: why such a tiling is slow
+        rows.insert(-2, ("spills (compiled)", "; ".join(
+            f"{k['name']}: {k['registers_per_thread']} registers, "
+            f"{k['spill_bytes_per_iteration']} B a thread each iteration" for k in spilling)))
     issued = f.get("issued", {}).get("tensor")
     if issued is not None and issued > f["tensor"]:
         padding = 1 - f["tensor"] / issued

@@ -29,14 +29,19 @@ def run(args: argparse.Namespace) -> int:
         hardware_from_args,
         print_json,
         problem_from_args,
+        table_compiled,
         tiling_from_args,
     )
-    from simulator.explain import roofline
+    from simulator.explain import model, roofline
     from simulator.explain.common import check_plot_path
 
     check_plot_path(args.plot)
     hw = hardware_from_args(args)
-    result = roofline.roofline(problem_from_args(args), tiling_from_args(args), hw)
+    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    # the kernels tilesim's table of compiles has take their resources from it
+    preds = model.predict_pair(problem, tiling, hw, {
+        name: table_compiled(problem, tiling, name, hw) for name in model.PAIR})
+    result = roofline.roofline(problem, tiling, hw, preds=preds)
     if args.plot:
         roofline.plot(result, args.plot)
     if args.json:

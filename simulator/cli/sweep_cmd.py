@@ -26,10 +26,11 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     check_counts,
-    compile_resources,
     hardware_from_args,
     print_json,
     problem_from_args,
+    resources_from_args,
+    table_note,
 )
 from simulator.explain.common import check_plot_path
 from traces.problem import ProblemError
@@ -256,10 +257,8 @@ def run(args) -> int:
     check_plot_path(args.plot)
     problem = problem_from_args(args)
     tilings = candidate_tilings(args, problem)
-    compiled = None
-    if args.compiled_resources:
-        compiled = compile_resources(problem, tilings, args.schedule, hw,
-                                     progress=_compile_progress())
+    compiled = resources_from_args(args, problem, tilings, args.schedule, hw,
+                                   progress=_compile_progress())
     legal, refused = legal_tilings(problem, args.schedule, hw, tilings, compiled)
     if compiled:
         of_tiling = dict(zip(tilings, compiled, strict=True))
@@ -332,6 +331,8 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
     if args.compiled_resources:
         notes.append(f"SRAM/CTA and CTAs/SM from the kernels compiled for "
                      f"sm_{hw.compute_capability}")
+    elif any(k.get("resources") == "table" for r in results for k in r.get("kernels", ())):
+        notes.append(table_note())
     table.caption = "; ".join(notes) or None
     print_tables([table])
 

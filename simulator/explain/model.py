@@ -125,14 +125,18 @@ def ties_differ_in_block_n(entries: list[tuple[int, float, str]]) -> bool:
 
 def sweep(problem: AttentionProblem, base: Tiling, schedule: str, hw: Hardware,
           block_ms: tuple[int, ...] = SWEEP_BLOCKS,
-          block_ns: tuple[int, ...] = SWEEP_BLOCKS) -> dict:
-    """Simulated time over ``block_m x block_n`` (stages and warps from ``base``).
+          block_ns: tuple[int, ...] = SWEEP_BLOCKS, compiled_of=None) -> dict:
+    """Simulated time over ``block_m x block_n`` (stages and warps from ``base``);
+    ``compiled_of(tiling)``: the compiled resources of a tiling's kernels, where given (a
+    ``ProblemError`` from it refuses the tiling).
 
-    Returns ``{"model", "block_m", "block_n", "cells": [...], "best"}``; a cell is
+    Returns ``{"model", "block_m", "block_n", "cells": [...], "best", "resources"}``
+    (``resources``: where the kernels' registers came from, ``prediction.resources_source``
+    of every kernel of every cell that ran); a cell is
     ``{"block_m", "block_n", "legal", "time_s", "dram_bytes", "bound", "sram_bytes_per_cta",
     "ctas_per_sm"}`` with ``time_s`` None where the tiling is refused.
     """
-    cells = []
+    cells, sources = [], set()
     for bm, bn in itertools.product(block_ms, block_ns):
         tiling = Tiling(block_m=bm, block_n=bn, num_stages=base.num_stages,
                         num_warps=base.num_warps, split_kv=base.split_kv)
@@ -140,13 +144,15 @@ def sweep(problem: AttentionProblem, base: Tiling, schedule: str, hw: Hardware,
                 "dram_bytes": None, "bound": None, "sram_bytes_per_cta": None,
                 "ctas_per_sm": 0, "reason": None}
         try:
-            pred = predict(problem, tiling, schedule, hw)
+            pred = predict(problem, tiling, schedule, hw,
+                           compiled_of(tiling) if compiled_of else None)
         except ProblemError as exc:  # refused by the simulator (e.g. does not fit SRAM)
             cell["reason"] = str(exc)
             cells.append(cell)
             continue
         cell["sram_bytes_per_cta"] = pred["sram_peak_bytes_per_cta"]
         cell["ctas_per_sm"] = pred["ctas_per_sm"]
+        sources.update(k["resources"] for k in pred["kernels"])
         if pred["legal"]:
             cell.update(legal=True, time_s=pred["time_s"], dram_bytes=dram_bytes(pred["bytes"]),
                         bound=pred["bound"])
@@ -157,18 +163,20 @@ def sweep(problem: AttentionProblem, base: Tiling, schedule: str, hw: Hardware,
     best = min(legal, key=lambda c: c["time_s"]) if legal else None
     return {"model": source(), "schedule": schedule, "block_m": list(block_ms),
             "block_n": list(block_ns), "num_stages": base.num_stages,
-            "num_warps": base.num_warps, "cells": cells, "best": best}
+            "num_warps": base.num_warps, "cells": cells, "best": best,
+            "resources": sorted(sources)}
 
 
-def timeline(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware) -> dict:
+def timeline(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+             compiled=None) -> dict:
     """CTA slices per SM of one simulation: ``{"model", "schedule", "tiling", "time_s",
-    "sm_count", "kernels", "slices"}``.
+    "sm_count", "kernels", "slices"}`` (``compiled`` as ``predict``'s).
 
     ``slices`` holds one columnar entry per kernel, ``{"kernel", "sm", "lane", "start_s",
     "dur_s"}`` (lists indexed by CTA in launch order); ``lane`` is the CTA's slot within its
     SM (0 .. ctas_per_sm - 1).
     """
-    pred, simulation = _simulate(problem, tiling, schedule, hw)
+    pred, simulation = _simulate(problem, tiling, schedule, hw, compiled)
     kernels, slices = slices_from_kernel_runs(simulation.runs, hw.sm_count)
     return {"model": source(), "schedule": schedule, "tiling": tiling.to_dict(),
             "time_s": pred["time_s"], "sm_count": hw.sm_count, "kernels": kernels,

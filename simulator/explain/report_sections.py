@@ -216,10 +216,15 @@ def sweep_section(p: Page) -> str:
               "</p>" if model.ties_differ_in_block_n(
                   [(c["block_n"], c["time_s"], c["bound"]) for c in ranked]) else "")
     body = f'<div class="grid2"><div>{chart}</div><div>{ranking}{caveat}</div></div>'
+    registers = {("table",): "registers, spills and instruction counts from tilesim's "
+                             "table of compiles",
+                 ("estimated",): "registers estimated from the tiles"}.get(
+                     tuple(sw.get("resources", ())), "registers " + ", ".join(
+                         sw.get("resources", ())))
     return section("sweep", "Tile sweep",
                    f"Simulated FA2 time over block_m × block_n "
-                   f"(stages {sw['num_stages']}, warps {sw['num_warps']}); grey cells do not "
-                   "fit an SM.", body)
+                   f"(stages {sw['num_stages']}, warps {sw['num_warps']}; {registers}); grey "
+                   "cells do not fit an SM.", body)
 
 
 def timeline_section(p: Page) -> str:

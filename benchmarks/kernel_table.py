@@ -1,0 +1,75 @@
+"""What tilesim's table of compiles (kernels/table.py) changes for a user without Triton.
+
+Run from the repository root:
+    python benchmarks/kernel_table.py [--jobs 2] [--only estimated|table]
+
+Predicts every FA2 record of the H200 matrix (forward and backward, validation/records/
+h200-default-2026-11-30.jsonl) twice, as `tilesim simulate` does without
+`--compiled-resources`: with the registers estimated from the tiles
+(`--estimated-resources`, what it did before the table) and with the table's compile facts
+(what it does now), L2 as `do_bench` left it in both, as reconcile does. Prints time MAPE,
+max error, and per shape the Spearman correlation of the tilings and the regret of the
+predicted best (validation.reconcile's statistics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from simulator.cli.common import table_compiled  # noqa: E402
+from validation import predict as predict_mod  # noqa: E402
+from validation.reconcile import reconcile  # noqa: E402
+from validation.records import read_records  # noqa: E402
+
+RECORDS = REPO / "validation" / "records" / "h200-default-2026-11-30.jsonl"
+
+
+def predict_estimated(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+    """Registers from the tiles: what `simulate --estimated-resources` knows."""
+    return predict_mod.predict(problem, tiling, schedule, hw, None, l2_start)
+
+
+def predict_from_table(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+    """The table's compile facts: what `simulate` knows now without a compiler."""
+    return predict_mod.predict(problem, tiling, schedule, hw,
+                               table_compiled(problem, tiling, schedule, hw), l2_start)
+
+
+def summary(report: dict, group: str) -> str:
+    time = report["summary"]["per_group"][group]["time"]
+    shapes = [s for s in report["shapes"] if s["shape"].startswith(group)]
+    good_rank = sum(s["spearman"] is not None and s["spearman"] >= 0.9 for s in shapes)
+    good_regret = sum(s["regret_pct"] <= 5 for s in shapes)
+    mean_regret = sum(s["regret_pct"] for s in shapes) / len(shapes)
+    return (f"time MAPE {time['mape_pct']:.1f}%, max {time['max_pct']:.1f}%; Spearman >= 0.9 "
+            f"on {good_rank} of {len(shapes)} shapes; regret <= 5% on {good_regret} "
+            f"(mean {mean_regret:.2f}%, max {max(s['regret_pct'] for s in shapes):.1f}%)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", choices=("estimated", "table"),
+                        help="one of the two predictions (default: both)")
+    args = parser.parse_args()
+    records, _ = read_records(RECORDS)
+    fa2 = [r for r in records if r.get("implementation") == "triton"
+           and r.get("schedule") == "fa2" and r["problem"]["dtype"] == "bf16"]
+    print(f"{len(fa2)} FA2 records")
+    for label, predictor in (("estimated registers", predict_estimated),
+                             ("table of compiles", predict_from_table)):
+        if args.only and not label.startswith(args.only):
+            continue
+        report = reconcile(fa2, predictor=predictor, jobs=args.jobs)
+        for group in ("fa2 fwd", "fa2 bwd"):
+            print(f"{group}, {label}: {summary(report, group)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Compile facts shipped with tilesim: the Triton kernels compiled ahead of time, once.
+
+``--compiled-resources`` compiles a schedule's kernels for the preset's GPU (``resources``):
+it needs Triton and takes seconds a kernel, minutes for a sweep. Without it the simulator
+estimates registers from the tiles (``simulator.occupancy``) and knows no instruction
+counts or spills, and a sweep then ranks first tilings that spill: FA2's forward at
+d = 128 with 128 x 64 tiles and 4 warps compiles to 255 registers and spills 368 bytes a
+thread every iteration, which the estimate (234 registers) does not see, and on the H200
+it ran 33-42% slower than predicted without its compile (BENCHMARKS.md).
+
+This module keeps a table of compiles made here with one Triton version for sm_90
+(``TABLE``: JSON Lines, gzip, ``resources.measure``'s results by job key), covering the
+kernels and launches below over the whole tiling space ``tilesim sweep`` searches. A
+lookup gives a job's result exactly as a compile with that Triton would: the table holds
+the hash of the kernel sources it was compiled from (``resources.sources_digest``) and is
+not used once they change (``tests/test_kernel_table.py`` fails then: rebuild it).
+
+Covered (``VARIANTS``): FA2's forward at head_dim 64 and 128, bf16 and fp16, causal and
+not, and its backward's three kernels the same in bf16, each over the sweep's 250 tilings,
+for a launch whose sequence lengths and query heads are multiples of 16 and whose K/V heads
+are the query heads (group 1): the keys ``resources.job_key`` makes of such a launch. Any
+other launch, kernel, dtype or arch is looked up and not found, and the estimate stands.
+
+Build (about 90 minutes on two cores; compiles in ``resources``' cache are not redone)::
+
+    python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import itertools
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from kernels import resources
+from traces.tiling import Tiling
+
+TABLE = Path(__file__).resolve().parent / "compiled" / "sm90.jsonl.gz"
+ARCH = 90
+SCHEMA = "tilesim.kernel_table/1"
+# The launch the table is compiled as: every integer argument a multiple of 16, group 1.
+LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows": 16}
+VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
+             for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
+                                                       (False, True))]
+            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal}
+               for kernel, d, causal in itertools.product(
+                   ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
+                   (False, True))])
+# ``tilesim sweep``'s tiling space (simulator.cli.sweep_cmd: BLOCKS, STAGES, WARPS).
+BLOCKS, STAGES, WARPS = (16, 32, 64, 128, 256), (1, 2, 3, 4, 5), (4, 8)
+
+
+def sweep_space() -> list[Tiling]:
+    return [Tiling(bm, bn, st, w) for bm, bn, st, w in
+            itertools.product(BLOCKS, BLOCKS, STAGES, WARPS)]
+
+
+def _load() -> tuple[dict, dict[str, dict]]:
+    """(header, key -> result) of the table ``TABLE``; ({}, {}) where there is none."""
+    return _read(TABLE)
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path: Path) -> tuple[dict, dict[str, dict]]:
+    if not path.is_file():
+        return {}, {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    header = json.loads(lines[0])
+    return header, {e["key"]: e["result"] for e in map(json.loads, lines[1:])}
+
+
+def header() -> dict:
+    """The table's first line: schema, Triton version, sources digest, what it covers."""
+    return _load()[0]
+
+
+def current() -> bool:
+    """Whether the table was compiled from the kernel sources as they are now."""
+    head = header()
+    return bool(head) and head.get("sources") == _sources_now()
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_now() -> str:
+    return resources.sources_digest()  # the files do not change under a running process
+
+
+def lookup(key: str) -> dict | None:
+    """The shipped result of job ``key`` (``resources.job_key``), or None: not covered, or
+    the table is stale."""
+    return _load()[1].get(key) if current() else None
+
+
+def build(out: Path = TABLE, workers: int | None = None) -> int:
+    """Compile every variant over the sweep space (``resources.measure``, whose cache keeps
+    what is done) and write the table atomically; returns the number of jobs."""
+    import triton
+
+    tilings = sweep_space()
+    rows: dict[str, dict] = {}
+    for v in VARIANTS:
+        shape = dict(LAUNCH, causal=v["causal"])
+        print(f"compiling {v} ...", file=sys.stderr, flush=True)
+        results = resources.measure([v["kernel"]], archs=(ARCH,), dtype=v["dtype"],
+                                    head_dim=v["head_dim"], tilings=tilings,
+                                    workers=workers, **shape)
+        for tiling, result in zip(tilings, results, strict=True):
+            key = resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"], tiling,
+                                    **shape)
+            rows[key] = result.to_dict()
+    head = {"schema": SCHEMA, "triton": triton.__version__, "arch": ARCH,
+            "sources": resources.sources_digest(), "launch": LAUNCH, "variants": VARIANTS,
+            "command": "python -m kernels.table build"}
+    text = "\n".join([json.dumps(head, sort_keys=True)]
+                     + [json.dumps({"key": k, "result": rows[k]}, sort_keys=True)
+                        for k in sorted(rows)]) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(gzip.compress(text.encode("utf-8"), mtime=0))
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep it from other users of a checkout
+    os.replace(tmp, out)
+    return len(rows)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["build"]:
+        sys.exit("usage: python -m kernels.table build")
+    print(f"{build()} compiles in {TABLE}")

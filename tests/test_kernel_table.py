@@ -1,0 +1,196 @@
+"""tilesim's table of compiles (``kernels.table``): current, complete, equal to the H200's
+own compiles, and what the prediction commands take without ``--compiled-resources``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels import resources, table
+from simulator import cli
+from simulator.hardware import load_hardware
+from simulator.occupancy import estimated_registers_per_thread
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule
+from traces.tiling import Tiling
+
+RECORDS = Path(__file__).resolve().parents[1] / "validation" / "records"
+H200 = load_hardware("h200-sxm")
+
+
+def _cli(argv, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _simulate(capsys, *extra, **problem):
+    flags = {"batch": 1, "heads": 16, "seq": 1024, "head-dim": 128, "block-m": 128,
+             "block-n": 64, "stages": 2, "warps": 4} | problem
+    argv = ["simulate", "--hardware", "h200-sxm", "--json", *extra]
+    for name, value in flags.items():
+        argv += [f"--{name}", str(value)]
+    code, out, err = _cli(argv, capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_table_is_compiled_from_the_kernels_as_they_are():
+    """Rebuild it (``python -m kernels.table build``) after editing a kernel or the way
+    ``kernels.resources`` reads a compile: a stale table is not used, and this fails."""
+    head = table.header()
+    assert head["schema"] == table.SCHEMA and head["arch"] == table.ARCH == 90
+    assert head["sources"] == resources.sources_digest()
+    assert table.current()
+
+
+def test_the_table_covers_every_variant_over_the_sweep_space():
+    tilings = table.sweep_space()
+    assert len(tilings) == 250
+    for v in table.VARIANTS:
+        shape = dict(table.LAUNCH, causal=v["causal"])
+        for tiling in tilings:
+            key = resources.job_key(v["kernel"], table.ARCH, v["dtype"], v["head_dim"],
+                                    tiling, **shape)
+            found = table.lookup(key)
+            assert found is not None, key
+            # a compile's answer: registers and shared memory, or why it does not compile
+            assert found["error"] is not None or (found["registers"] and found["shared_bytes"])
+
+
+def test_the_table_has_the_h200_records_own_compile_facts():
+    """The device compiled each kernel it ran (Triton 3.6.0 on the H200, the launch's own
+    specialization) and recorded its registers and shared memory: the table, compiled here
+    for sm_90 under the same Triton, has the same numbers for every kernel of every FA2
+    record, forward and backward. (Their spill sizes were read as 0 until 2026-12-02, from
+    the wrong column: not compared.)"""
+    checked = 0
+    for line in (RECORDS / "h200-default-2026-11-30.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("schedule") != "fa2" or rec.get("implementation") != "triton":
+            continue
+        p, t = rec["problem"], Tiling.from_dict(rec["tiling"])
+        shape = {"causal": p["causal"], "seq_kv": p["seq_kv"],
+                 **resources.launch_shape(p["seq_q"], p["heads"], p["heads"] // p["kv_heads"])}
+        for facts in rec["kernel_facts"]:
+            found = table.lookup(resources.job_key(facts["name"], 90, p["dtype"],
+                                                   p["head_dim"], t, **shape))
+            assert found is not None, (rec["record_id"], facts["name"])
+            assert (found["registers"], found["shared_bytes"]) == (
+                facts["registers"], facts["shared_bytes"]), (rec["record_id"], facts["name"])
+            checked += 1
+    assert checked == 90 + 95 * 3  # the forwards, and the backwards' three kernels
+
+
+def test_the_table_is_what_its_triton_compiles(monkeypatch):
+    """Two tilings compiled here, the cache off, equal the table's rows, under the Triton
+    the table was made with (others compile differently: skipped)."""
+    triton = pytest.importorskip("triton")
+
+    if triton.__version__ != table.header()["triton"]:
+        pytest.skip(f"the table is Triton {table.header()['triton']}'s, "
+                    f"this is {triton.__version__}")
+    monkeypatch.setenv(resources.CACHE_ENV, "")
+    shape = dict(table.LAUNCH, causal=True)
+    tilings = [Tiling(128, 64, 2, 4), Tiling(64, 32, 3, 4)]
+    compiled = resources.measure(["fa2_fwd"], dtype="bf16", head_dim=128, tilings=tilings,
+                                 workers=1, **shape)
+    for tiling, result in zip(tilings, compiled, strict=True):
+        key = resources.job_key("fa2_fwd", 90, "bf16", 128, tiling, **shape)
+        assert table.lookup(key) == result.to_dict()
+
+
+def test_simulate_takes_the_table_without_a_compiler(capsys):
+    """FA2's forward at d = 128, 128 x 64, 4 warps (the default tiling) spills: the table
+    says so where the estimate cannot, and the spills cost it time."""
+    shipped = _simulate(capsys)
+    estimated = _simulate(capsys, "--estimated-resources")
+    (k,), (e,) = shipped["kernels"], estimated["kernels"]
+    assert k["resources"] == "table" and e["resources"] == "estimated"
+    key = resources.job_key("fa2_fwd", 90, "bf16", 128, Tiling(128, 64, 2, 4),
+                            **dict(table.LAUNCH, causal=False))
+    row = table.lookup(key)
+    assert k["registers_per_thread"] == row["registers"] == 255
+    assert k["spill_bytes_per_iteration"] == (row["spill_load_bytes_per_iteration"]
+                                              + row["spill_store_bytes_per_iteration"]) > 0
+    assert k["loop_instructions"] == row["loop_instructions"]
+    problem = AttentionProblem(batch=1, heads=16, seq_q=1024, head_dim=128)
+    kernel = build_schedule(problem, Tiling(128, 64, 2, 4), "fa2").kernels[0]
+    assert e["registers_per_thread"] == estimated_registers_per_thread(
+        kernel, Tiling(128, 64, 2, 4), 128)
+    assert e["spill_bytes_per_iteration"] is None
+    assert shipped["time_s"] > estimated["time_s"]
+
+
+def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
+    """Query heads not a multiple of 16 change the compile's specialization; sm_80 is
+    another compile; the backward's kernels are in the table in bf16 only (the forward of
+    the same fp16 call is)."""
+    odd = _simulate(capsys, heads=12)
+    assert [k["resources"] for k in odd["kernels"]] == ["estimated"]
+    code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
+                           "1024", "--heads", "16"], capsys)
+    assert code == 0, err
+    assert [k["resources"] for k in json.loads(out)["kernels"]] == ["estimated"]
+    both = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", "--dtype", "fp16",
+                     **{"head-dim": 64})
+    sources = {k["name"]: k["resources"] for k in both["kernels"]}
+    assert sources.pop("fa2_fwd") == "table"
+    assert set(sources.values()) == {"estimated"}
+
+
+def test_a_stale_table_is_not_used(monkeypatch, capsys):
+    head = dict(table.header(), sources="0" * 16)
+    monkeypatch.setattr(table, "header", lambda: head)
+    assert not table.current()
+    assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
+
+
+def test_a_sweep_rates_every_tiling_from_the_table(capsys):
+    code, out, err = _cli(["sweep", "--hardware", "h200-sxm", "--seq", "1024", "--heads",
+                           "16", "--head-dim", "64", "--block-m", "64,128", "--block-n",
+                           "64,128", "--stages", "2", "--warps", "4,8", "--jobs", "1",
+                           "--json"], capsys)
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert results and all(k["resources"] == "table" for r in results for k in r["kernels"])
+    for r in results:
+        t = Tiling.from_dict(r["tiling"])
+        row = table.lookup(resources.job_key("fa2_fwd", 90, "bf16", 64, t,
+                                             **dict(table.LAUNCH, causal=False)))
+        assert r["kernels"][0]["registers_per_thread"] == row["registers"]
+
+
+def test_the_table_file_is_one_header_and_one_row_per_job():
+    """Every job of every variant once (tilings that compile alike are one job: the
+    backward's preprocess has no block_n), nothing else."""
+    lines = gzip.decompress(table.TABLE.read_bytes()).decode().splitlines()
+    rows = [json.loads(line) for line in lines[1:]]
+    jobs = {resources.job_key(v["kernel"], table.ARCH, v["dtype"], v["head_dim"], t,
+                              **dict(table.LAUNCH, causal=v["causal"]))
+            for v in table.VARIANTS for t in table.sweep_space()}
+    assert len(rows) == len({r["key"] for r in rows}) == len(jobs)
+    assert {r["key"] for r in rows} == jobs
+
+
+def test_a_lookup_imports_neither_torch_nor_triton():
+    """The table is for machines without the kernels extra: looking it up must not need it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from simulator.cli.common import table_resources\n"
+            "from simulator.hardware import load_hardware\n"
+            "from traces.problem import AttentionProblem\n"
+            "from traces.tiling import Tiling\n"
+            "(found,) = table_resources(AttentionProblem(batch=1, heads=16, seq_q=1024,\n"
+            "    head_dim=128), [Tiling()], 'fa2', load_hardware('h200-sxm'))\n"
+            "assert found['fa2_fwd'].registers_per_thread == 255\n"
+            "assert not {'torch', 'triton'} & set(sys.modules), sorted(sys.modules)\n")
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
