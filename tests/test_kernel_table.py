@@ -48,6 +48,9 @@ def test_the_table_is_compiled_from_the_kernels_as_they_are():
 
 
 def test_the_table_covers_every_variant_over_the_sweep_space():
+    from simulator.cli.sweep_cmd import BLOCKS, STAGES, WARPS
+
+    assert (table.BLOCKS, table.STAGES, table.WARPS) == (BLOCKS, STAGES, WARPS)
     tilings = table.sweep_space()
     assert len(tilings) == 250
     for v in table.VARIANTS:
@@ -194,3 +197,12 @@ def test_a_lookup_imports_neither_torch_nor_triton():
     done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
+    """A truncated file (a broken install) leaves the estimate, not a traceback."""
+    damaged = tmp_path / "sm90.jsonl.gz"
+    damaged.write_bytes(table.TABLE.read_bytes()[:5000])
+    monkeypatch.setattr(table, "TABLE", damaged)
+    assert table.header() == {} and not table.current()
+    assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
