@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from simulator.cli.common import table_compiled  # noqa: E402
 from validation import predict as predict_mod  # noqa: E402
-from validation.reconcile import reconcile  # noqa: E402
+from validation.reconcile import TARGETS, ranking, reconcile  # noqa: E402
 from validation.records import read_records  # noqa: E402
 
 RECORDS = REPO / "validation" / "records" / "h200-default-2026-11-30.jsonl"
@@ -42,13 +42,12 @@ def predict_from_table(problem, tiling, schedule, hw, compiled=None, l2_start="c
 
 def summary(report: dict, group: str) -> str:
     time = report["summary"]["per_group"][group]["time"]
-    shapes = [s for s in report["shapes"] if s["shape"].startswith(group)]
-    good_rank = sum(s["spearman"] is not None and s["spearman"] >= 0.9 for s in shapes)
-    good_regret = sum(s["regret_pct"] <= 5 for s in shapes)
-    mean_regret = sum(s["regret_pct"] for s in shapes) / len(shapes)
-    return (f"time MAPE {time['mape_pct']:.1f}%, max {time['max_pct']:.1f}%; Spearman >= 0.9 "
-            f"on {good_rank} of {len(shapes)} shapes; regret <= 5% on {good_regret} "
-            f"(mean {mean_regret:.2f}%, max {max(s['regret_pct'] for s in shapes):.1f}%)")
+    r = ranking([s for s in report["shapes"] if s["shape"].startswith(group)])
+    return (f"time MAPE {time['mape_pct']:.1f}%, max {time['max_pct']:.1f}%; Spearman >= "
+            f"{TARGETS['spearman_min']:g} on {r['spearman_at_target']} of {r['n_shapes']} "
+            f"shapes; regret <= {TARGETS['regret_max_pct']:g}% on "
+            f"{r['regret_at_target']} (mean {r['regret_mean_pct']:.2f}%, max "
+            f"{r['regret_max_pct']:.1f}%)")
 
 
 def main() -> int:

@@ -108,6 +108,14 @@ def table_compiled(problem, tiling, schedule: str, hw) -> dict | None:
     return shipped[0]
 
 
+def table_compiled_pair(problem, tiling, hw) -> dict:
+    """``table_compiled`` of naive attention and FA2 (``explain.model.PAIR``), as
+    ``explain.model.predict_pair`` takes them."""
+    from simulator.explain.model import PAIR
+
+    return {name: table_compiled(problem, tiling, name, hw) for name in PAIR}
+
+
 def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
     """For each tiling, kernel name -> ``CompiledResources`` from tilesim's table of
     compiles (``kernels.table``) of the schedule's kernels it has for every tiling (so that

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         hardware_from_args,
         print_json,
         problem_from_args,
-        table_compiled,
+        table_compiled_pair,
         tiling_from_args,
     )
     from simulator.explain import model, roofline
@@ -39,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
     hw = hardware_from_args(args)
     problem, tiling = problem_from_args(args), tiling_from_args(args)
     # the kernels tilesim's table of compiles has take their resources from it
-    preds = model.predict_pair(problem, tiling, hw, {
-        name: table_compiled(problem, tiling, name, hw) for name in model.PAIR})
+    preds = model.predict_pair(problem, tiling, hw, table_compiled_pair(problem, tiling, hw))
     result = roofline.roofline(problem, tiling, hw, preds=preds)
     if args.plot:
         roofline.plot(result, args.plot)

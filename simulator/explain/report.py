@@ -63,21 +63,19 @@ def build(problem: AttentionProblem, tiling: Tiling, hw: Hardware, records: dict
     """The JSON of every section of the report (see the module docstring). Kernels in
     tilesim's table of compiles take their resources from it, as the subcommands do
     (``simulator.cli.common.table_compiled``)."""
-    from simulator.cli.common import table_compiled
+    from simulator.cli.common import table_compiled, table_compiled_pair
 
-    def compiled_of(schedule):
-        return lambda t: table_compiled(problem, t, schedule, hw)
+    def fa2_compiled(t):
+        return table_compiled(problem, t, "fa2", hw)
 
-    preds = model.predict_pair(problem, tiling, hw,
-                               {name: compiled_of(name)(tiling) for name in model.PAIR})
+    preds = model.predict_pair(problem, tiling, hw, table_compiled_pair(problem, tiling, hw))
     compare = {name: schedule_summary(pred) for name, pred in preds.items()}
     naive, fa2 = compare["naive"], compare["fa2"]
     compare["speedup"] = _ratio(naive["time_s"], fa2["time_s"])
     compare["dram_ratio"] = _ratio(naive["dram_bytes"], fa2["dram_bytes"])
     compare["footprint_ratio"] = _ratio(naive["hbm_footprint_bytes"], fa2["hbm_footprint_bytes"])
 
-    sweep = model.sweep(problem, tiling, "fa2", hw, sweep_blocks, sweep_blocks,
-                        compiled_of("fa2"))
+    sweep = model.sweep(problem, tiling, "fa2", hw, sweep_blocks, sweep_blocks, fa2_compiled)
     best = sweep["best"]
     best_tiling = tiling if best is None else Tiling(
         block_m=best["block_m"], block_n=best["block_n"], num_stages=tiling.num_stages,
@@ -97,7 +95,7 @@ def build(problem: AttentionProblem, tiling: Tiling, hw: Hardware, records: dict
         "compare": compare,
         "sweep": sweep,
         "timeline": model.timeline(problem, best_tiling, "fa2", hw,
-                                   compiled_of("fa2")(best_tiling)),
+                                   fa2_compiled(best_tiling)),
         "bill": bill.bill(seqs, head_dim=problem.head_dim, dtype=problem.dtype),
         "ledger": ledger.ledger(**LEDGER_ARGS),
         "records": records,
