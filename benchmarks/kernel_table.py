@@ -3,8 +3,9 @@
 Run from the repository root:
     python benchmarks/kernel_table.py [--jobs 2] [--only estimated|table]
 
-Predicts every FA2 record of the H200 matrix (forward and backward, validation/records/
-h200-default-2026-11-30.jsonl) twice, as `tilesim simulate` does without
+Predicts every FA2 record (forward and backward) and naive record (forward) of the H200
+matrix (validation/records/h200-default-2026-11-30.jsonl), the schedules the table covers,
+twice, as `tilesim simulate` does without
 `--compiled-resources`: with the registers estimated from the tiles
 (`--estimated-resources`, what it did before the table) and with the table's compile facts
 (what it does now), L2 as `do_bench` left it in both, as reconcile does. Prints time MAPE,
@@ -57,15 +58,15 @@ def main() -> int:
                         help="one of the two predictions (default: both)")
     args = parser.parse_args()
     records, _ = read_records(RECORDS)
-    fa2 = [r for r in records if r.get("implementation") == "triton"
-           and r.get("schedule") == "fa2" and r["problem"]["dtype"] == "bf16"]
-    print(f"{len(fa2)} FA2 records")
+    covered = [r for r in records if r.get("implementation") == "triton"
+               and r.get("schedule") in ("fa2", "naive") and r["problem"]["dtype"] == "bf16"]
+    print(f"{len(covered)} FA2 and naive records")
     for label, predictor in (("estimated registers", predict_estimated),
                              ("table of compiles", predict_from_table)):
         if args.only and not label.startswith(args.only):
             continue
-        report = reconcile(fa2, predictor=predictor, jobs=args.jobs)
-        for group in ("fa2 fwd", "fa2 bwd"):
+        report = reconcile(covered, predictor=predictor, jobs=args.jobs)
+        for group in ("fa2 fwd", "fa2 bwd", "naive fwd"):
             print(f"{group}, {label}: {summary(report, group)}")
     return 0
 

@@ -156,6 +156,17 @@ class KernelResources:
     def to_dict(self) -> dict:
         return asdict(self) | {"fits": self.fits}
 
+    @classmethod
+    def of_job(cls, result: dict, tiling: Tiling, head_dim: int) -> KernelResources:
+        """A job's result (``to_dict()``, as the cache and tilesim's table of compiles keep
+        it) labelled with the tiling and head_dim asked for: a job stands for every tiling
+        and head_dim with its constexprs (naive_softmax has none of either)."""
+        record = dict(result, head_dim=head_dim, block_m=tiling.block_m,
+                      block_n=tiling.block_n, num_stages=tiling.num_stages,
+                      num_warps=tiling.num_warps)
+        record.pop("fits", None)
+        return cls(**record)
+
 
 def wgmma_operand_demand(ptx: str) -> tuple[float | None, float | None]:
     """Shared-memory operand bytes per FLOP of the PTX's wgmma instructions: over their mix,
@@ -273,6 +284,14 @@ def launch_shape(seq_q: int, heads: int, group: int) -> dict:
     heads and ``group`` of them per K/V head: decode's group tile (G*Nq rows) and the
     integers Triton specializes it on (``launch_ints``)."""
     return {"heads": heads, "group": group, "seq_q": seq_q, "decode_rows": group * seq_q}
+
+
+def problem_shape(problem) -> dict:
+    """``measure``'s launch keywords of an attention problem (a
+    ``traces.problem.AttentionProblem``) as ``kernels`` launch it: its mask, its key length
+    and ``launch_shape``."""
+    return {"causal": problem.causal, "seq_kv": problem.seq_kv,
+            **launch_shape(problem.seq_q, problem.heads, problem.group_size)}
 
 
 def launch_ints(kernel: str, tiling: Tiling, seq_q: int, seq_kv: int, heads: int | None,
@@ -721,7 +740,12 @@ def cache_path() -> Path | None:
 
 def sources_digest() -> str:
     """A hash of every source file the compiled kernels and this procedure come from (16
-    hex digits): what a compile's results depend on besides Triton's version and the job."""
+    hex digits): what a compile's results depend on besides Triton's version and the job.
+
+    The text, comments and docstrings included: a hash of the code alone (its ``ast.dump``
+    or tokens) would differ between Python versions (3.13's ``ast.dump`` leaves out empty
+    fields, 3.12 tokenizes f-strings apart), and tilesim's table of compiles, which
+    carries this hash, would look stale under another Python than the one that built it."""
     here = Path(__file__).resolve().parent
     sources = sorted({here / f"{module}.py" for module in KERNELS.values()}
                      | {here / "common.py", Path(__file__).resolve()})
@@ -881,16 +905,7 @@ def measure(kernels=None, archs=(90,), dtype: str = "bf16", head_dim: int = 128,
     missing = len(jobs) - len(results)
     if missing:
         raise RuntimeError(f"{missing} kernel compilations did not report back")
-    out = []
-    for key, tiling in keys:
-        # A job stands for every tiling and head_dim with its constexprs (naive_softmax has
-        # none of either): the record is labelled with the one asked for.
-        record = dict(results[key], head_dim=head_dim, block_m=tiling.block_m,
-                      block_n=tiling.block_n, num_stages=tiling.num_stages,
-                      num_warps=tiling.num_warps)
-        record.pop("fits")
-        out.append(KernelResources(**record))
-    return out
+    return [KernelResources.of_job(results[key], tiling, head_dim) for key, tiling in keys]
 
 
 def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], arch: int,
@@ -910,11 +925,9 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
     if problem.head_dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"the Triton kernels take head_dim in {SUPPORTED_HEAD_DIMS}, "
                          f"not {problem.head_dim}")
-    shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
-             **launch_shape(problem.seq_q, problem.heads, problem.group_size)}
     rows = measure(kernel_names, archs=(arch,), dtype=problem.dtype,
                    head_dim=problem.head_dim, tilings=list(tilings), workers=workers,
-                   progress=progress, **shape)
+                   progress=progress, **problem_shape(problem))
     # measure's order: kernel after kernel, each over every tiling.
     return [{name: rows[k * len(tilings) + i] for k, name in enumerate(kernel_names)}
             for i in range(len(tilings))]

@@ -15,11 +15,21 @@ lookup gives a job's result exactly as a compile with that Triton would: the tab
 the hash of the kernel sources it was compiled from (``resources.sources_digest``) and is
 not used once they change (``tests/test_kernel_table.py`` fails then: rebuild it).
 
-Covered (``VARIANTS``): FA2's forward at head_dim 64 and 128, bf16 and fp16, causal and
-not, and its backward's three kernels the same in bf16, each over the sweep's 250 tilings,
-for a launch whose sequence lengths and query heads are multiples of 16 and whose K/V heads
-are the query heads (group 1): the keys ``resources.job_key`` makes of such a launch. Any
-other launch, kernel, dtype or arch is looked up and not found, and the estimate stands.
+Covered (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
+lengths and query heads are multiples of 16 and whose K/V heads are the query heads
+(group 1): the keys ``resources.job_key`` makes of such a launch.
+
+- FA2's forward at head_dim 64 and 128, bf16 and fp16, causal and not, and its backward's
+  three kernels the same in bf16;
+- naive attention's forward: its two matmul kernels at head_dim 64 and 128 in bf16 and
+  fp16 (they know no mask), and its softmax, which holds a row of scores in registers, for
+  every row width from 16 to 131072 keys (``SOFTMAX_ROWS``; a launch's key length rounded
+  up to a power of two), causal and not, bf16 and fp16; its backward's five kernels at
+  head_dim 64 and 128 in bf16.
+
+Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
+stands: FA1 and decode are always estimated (decode's compile depends on its split count
+and group size as well).
 
 Build (about 100 minutes on two cores; compiles in ``resources``' cache are not redone)::
 
@@ -45,13 +55,40 @@ ARCH = 90
 SCHEMA = "tilesim.kernel_table/1"
 # The launch the table is compiled as: every integer argument a multiple of 16, group 1.
 LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows": 16}
+# naive_softmax holds a whole row of scores in registers, ROW = the key length rounded up to
+# a power of two: one compile per row width, launched with that many queries and keys.
+SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
 VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
              for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
                                                        (False, True))]
             + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal}
                for kernel, d, causal in itertools.product(
                    ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
-                   (False, True))])
+                   (False, True))]
+            # naive attention's forward: its matmuls know no mask (one compile serves
+            # causal and not), its softmax knows no head_dim
+            + [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": False}
+               for kernel, d, dtype in itertools.product(
+                   ("naive_qk", "naive_pv"), (64, 128), ("bf16", "fp16"))]
+            + [{"kernel": "naive_softmax", "head_dim": 128, "dtype": dtype, "causal": causal,
+                "seq": row}
+               for row, dtype, causal in itertools.product(SOFTMAX_ROWS, ("bf16", "fp16"),
+                                                           (False, True))]
+            # and its backward's five kernels (no mask either), in bf16 as FA2's
+            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": False}
+               for kernel, d in itertools.product(
+                   ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
+                    "naive_bwd_dk"), (64, 128))])
+
+
+def variant_shape(variant: dict) -> dict:
+    """``resources.measure``'s launch keywords of one variant: ``LAUNCH``, its mask, and
+    its sequence lengths where it has its own (``seq``)."""
+    seq = variant.get("seq")
+    lengths = {} if seq is None else {"seq_q": seq, "seq_kv": seq}
+    return dict(LAUNCH, causal=variant["causal"], **lengths)
+
+
 # ``tilesim sweep``'s tiling space (simulator.cli.sweep_cmd: BLOCKS, STAGES, WARPS).
 BLOCKS, STAGES, WARPS = (16, 32, 64, 128, 256), (1, 2, 3, 4, 5), (4, 8)
 
@@ -102,6 +139,22 @@ def lookup(key: str) -> dict | None:
     return _load()[1].get(key) if current() else None
 
 
+def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
+    """The table's rows of the named kernels for one attention problem (a
+    ``traces.problem.AttentionProblem``, launched as ``kernels`` launch it) and tiling, by
+    kernel name: those it has, none where it is stale; keyed as
+    ``resources.schedule_resources`` compiles them."""
+    shape = resources.problem_shape(problem)
+    rows = {}
+    for name in names:
+        if name in resources.KERNELS:
+            row = lookup(resources.job_key(name, ARCH, problem.dtype, problem.head_dim,
+                                           tiling, **shape))
+            if row is not None:
+                rows[name] = row
+    return rows
+
+
 def build(out: Path = TABLE, workers: int | None = None) -> int:
     """Compile every variant over the sweep space (``resources.measure``, whose cache keeps
     what is done) and write the table atomically; returns the number of jobs."""
@@ -110,7 +163,7 @@ def build(out: Path = TABLE, workers: int | None = None) -> int:
     tilings = sweep_space()
     rows: dict[str, dict] = {}
     for v in VARIANTS:
-        shape = dict(LAUNCH, causal=v["causal"])
+        shape = variant_shape(v)
         print(f"compiling {v} ...", file=sys.stderr, flush=True)
         results = resources.measure([v["kernel"]], archs=(ARCH,), dtype=v["dtype"],
                                     head_dim=v["head_dim"], tilings=tilings,

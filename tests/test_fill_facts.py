@@ -32,9 +32,11 @@ def test_a_record_without_loop_facts_takes_those_of_a_compile_here():
     """The spilling forward gains its compile's spills and waits and is predicted slower;
     a record whose registers the compile here does not give, one that has its own loop
     facts and one from a GPU the kernels do not compile for are left as they are, and the
-    record read is not changed."""
+    record read is not changed. (Its device's Triton made another table of compiles than
+    tilesim's: compiled here.)"""
     pytest.importorskip("triton")
     rec = _record(SPILLING)
+    rec["environment"]["triton"] = "3.0.0"
     assert all(rec["kernel_facts"][0].get(key) is None for key in LOOP_FACTS)
     before = copy.deepcopy(rec)
     other_registers = copy.deepcopy(rec)
@@ -59,6 +61,54 @@ def test_a_record_without_loop_facts_takes_those_of_a_compile_here():
     assert filled_pred["kernels"][0]["epilogue_instructions"] == fact["epilogue_instructions"]
 
 
+def _without_triton(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "triton" else real(name, *args))
+
+
+def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch):
+    """The H200 records' FA2 and naive kernels are in tilesim's table of compiles, made
+    with the Triton their device ran: they take its rows' facts, no Triton needed; a decode
+    record (not in the table) and a record of another Triton need a compile."""
+    from kernels import resources, table
+    from traces.problem import AttentionProblem
+    from traces.tiling import Tiling
+    from validation.fill_facts import fill_saying_how
+
+    _without_triton(monkeypatch)
+    rec = _record(SPILLING)
+    naive = _record("naive-fwd-b1-h16-q16384-k16384-d64-bf16-causal-m64-n64-s2-w4")
+    out, filled = fill_loop_facts([rec, naive])
+    assert filled == 2
+    problem = AttentionProblem.from_dict(rec["problem"])
+    row = table.problem_rows(problem, Tiling.from_dict(rec["tiling"]), ["fa2_fwd"])["fa2_fwd"]
+    fact = out[0]["kernel_facts"][0]
+    assert {key: fact[key] for key in LOOP_FACTS} == {key: row[key] for key in LOOP_FACTS}
+    assert fact["spill_store_bytes_per_iteration"] > 0
+    softmax = out[1]["kernel_facts"][1]
+    assert softmax["name"] == "naive_softmax" and softmax["straight_instructions"] > 0
+    key = resources.job_key("naive_softmax", 90, "bf16", 64, Tiling(64, 64, 2, 4),
+                            **table.variant_shape({"causal": True, "seq": 16384}))
+    assert softmax["straight_instructions"] == table.lookup(key)["straight_instructions"]
+    _, said = fill_saying_how([rec, naive])
+    assert said["records"] == said["table"] == 2
+    assert said["table_triton"] == table.header()["triton"]
+    from validation import report as rp
+
+    report = {"model": "simulator", "summary": {"targets": {}}, "unpredicted": [],
+              "duplicates_dropped": 0, "loop_facts_filled": 2, "loop_facts_compilers": said}
+    line = next(x for x in rp.target_lines(report) if x.startswith("loop facts: 2 records"))
+    assert f"table of compiles (Triton {said['table_triton']}, the version the device" in line
+    assert "compile here" not in line
+    decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
+    other = copy.deepcopy(rec)
+    other["environment"]["triton"] = "3.0.0"
+    for needs_compile in (decode, other):
+        with pytest.raises(ProblemError, match="--fill-loop-facts"):
+            fill_loop_facts([rec, needs_compile])
+
+
 def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkeypatch, capsys):
     pytest.importorskip("triton")
     path = tmp_path / "one.jsonl"
@@ -77,11 +127,10 @@ def test_without_triton_it_says_so_in_one_line(monkeypatch):
     from traces.problem import AttentionProblem
     from traces.tiling import Tiling
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "triton" else real(name, *args))
+    _without_triton(monkeypatch)
+    decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
     with pytest.raises(ProblemError) as info:
-        fill_loop_facts([_record(SPILLING)])
+        fill_loop_facts([decode])  # not in tilesim's table of compiles
     assert "--fill-loop-facts" in str(info.value) and "triton is missing" in str(info.value)
     assert "\n" not in str(info.value)
     problem = AttentionProblem(batch=1, heads=2, seq_q=256, head_dim=64)

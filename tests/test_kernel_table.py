@@ -54,26 +54,28 @@ def test_the_table_covers_every_variant_over_the_sweep_space():
     tilings = table.sweep_space()
     assert len(tilings) == 250
     for v in table.VARIANTS:
-        shape = dict(table.LAUNCH, causal=v["causal"])
+        shape = table.variant_shape(v)
         for tiling in tilings:
             key = resources.job_key(v["kernel"], table.ARCH, v["dtype"], v["head_dim"],
                                     tiling, **shape)
             found = table.lookup(key)
             assert found is not None, key
-            # a compile's answer: registers and shared memory, or why it does not compile
-            assert found["error"] is not None or (found["registers"] and found["shared_bytes"])
+            # a compile's answer: registers and shared memory (none for naive_softmax's
+            # shortest rows, which a warp reduces alone), or why it does not compile
+            assert found["error"] is not None or (found["registers"]
+                                                  and found["shared_bytes"] is not None)
 
 
 def test_the_table_has_the_h200_records_own_compile_facts():
     """The device compiled each kernel it ran (Triton 3.6.0 on the H200, the launch's own
     specialization) and recorded its registers and shared memory: the table, compiled here
-    for sm_90 under the same Triton, has the same numbers for every kernel of every FA2
-    record, forward and backward. (Their spill sizes were read as 0 until 2026-12-02, from
-    the wrong column: not compared.)"""
-    checked = 0
+    for sm_90 under the same Triton, has the same numbers for every kernel of every FA2 and
+    naive record, forward and backward. (Their spill sizes were read as 0 until 2026-12-02,
+    from the wrong column: not compared.)"""
+    checked = {"fa2": 0, "naive": 0}
     for line in (RECORDS / "h200-default-2026-11-30.jsonl").read_text().splitlines():
         rec = json.loads(line)
-        if rec.get("schedule") != "fa2" or rec.get("implementation") != "triton":
+        if rec.get("schedule") not in checked or rec.get("implementation") != "triton":
             continue
         p, t = rec["problem"], Tiling.from_dict(rec["tiling"])
         shape = {"causal": p["causal"], "seq_kv": p["seq_kv"],
@@ -84,8 +86,9 @@ def test_the_table_has_the_h200_records_own_compile_facts():
             assert found is not None, (rec["record_id"], facts["name"])
             assert (found["registers"], found["shared_bytes"]) == (
                 facts["registers"], facts["shared_bytes"]), (rec["record_id"], facts["name"])
-            checked += 1
-    assert checked == 90 + 95 * 3  # the forwards, and the backwards' three kernels
+            checked[rec["schedule"]] += 1
+    # FA2: the forwards, and the backwards' three kernels; naive: its forwards' three
+    assert checked == {"fa2": 90 + 95 * 3, "naive": 80 * 3}
 
 
 def test_the_table_is_what_its_triton_compiles(monkeypatch):
@@ -104,6 +107,13 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
     for tiling, result in zip(tilings, compiled, strict=True):
         key = resources.job_key("fa2_fwd", 90, "bf16", 128, tiling, **shape)
         assert table.lookup(key) == result.to_dict()
+    # naive attention's softmax, compiled for its row width; its row stands for every
+    # block size (labelled with the first the build asked for)
+    shape, tiling = table.variant_shape({"causal": True, "seq": 2048}), Tiling(64, 64, 2, 8)
+    (result,) = resources.measure(["naive_softmax"], dtype="bf16", head_dim=128,
+                                  tilings=[tiling], workers=1, **shape)
+    row = table.lookup(resources.job_key("naive_softmax", 90, "bf16", 128, tiling, **shape))
+    assert resources.KernelResources.of_job(row, tiling, 128) == result
 
 
 def test_simulate_takes_the_table_without_a_compiler(capsys):
@@ -126,6 +136,33 @@ def test_simulate_takes_the_table_without_a_compiler(capsys):
         kernel, Tiling(128, 64, 2, 4), 128)
     assert e["spill_bytes_per_iteration"] is None
     assert shipped["time_s"] > estimated["time_s"]
+
+
+def test_naive_attention_takes_the_table_for_its_row_width(capsys):
+    """Naive attention's three forward kernels come from the table; its softmax from the
+    compile of the row width the launch rounds its key length up to (1536 -> 2048), whose
+    registers grow with it. Lengths not a multiple of 16 are another specialization."""
+    def naive(seq, *extra):
+        return _simulate(capsys, *extra, schedule="naive", seq=seq, **{"block-m": 64,
+                                                                      "block-n": 64})
+    def softmax_row(row, warps=4):
+        return table.lookup(resources.job_key(
+            "naive_softmax", 90, "bf16", 128, Tiling(64, 64, 2, warps),
+            **table.variant_shape({"causal": False, "seq": row})))
+
+    short, longer = naive(1024), naive(1536)
+    for run in (short, longer):
+        assert [k["resources"] for k in run["kernels"]] == ["table"] * 3
+    (qk, sm, pv) = short["kernels"]
+    assert qk["registers_per_thread"] == table.lookup(resources.job_key(
+        "naive_qk", 90, "bf16", 128, Tiling(64, 64, 2, 4),
+        **table.variant_shape({"causal": False})))["registers"]
+    assert sm["registers_per_thread"] == softmax_row(1024)["registers"]
+    assert longer["kernels"][1]["registers_per_thread"] == softmax_row(2048)["registers"]
+    assert softmax_row(2048)["registers"] > softmax_row(1024)["registers"]
+    assert [k["resources"] for k in naive(1000)["kernels"]] == ["estimated"] * 3
+    assert [k["resources"] for k in naive(1024, "--estimated-resources")["kernels"]] == [
+        "estimated"] * 3
 
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
@@ -173,7 +210,7 @@ def test_the_table_file_is_one_header_and_one_row_per_job():
     lines = gzip.decompress(table.TABLE.read_bytes()).decode().splitlines()
     rows = [json.loads(line) for line in lines[1:]]
     jobs = {resources.job_key(v["kernel"], table.ARCH, v["dtype"], v["head_dim"], t,
-                              **dict(table.LAUNCH, causal=v["causal"]))
+                              **table.variant_shape(v))
             for v in table.VARIANTS for t in table.sweep_space()}
     assert len(rows) == len({r["key"] for r in rows}) == len(jobs)
     assert {r["key"] for r in rows} == jobs

@@ -404,9 +404,14 @@ def _loop_facts_line(filled: dict | None) -> list[str]:
     if filled is None:
         return []
     device = ", ".join(filled["device"]) or "none"
+    from_table = filled.get("table") or 0
+    compiled = f"a compile with Triton {filled['here']} (the device ran {device})"
+    table = (f"tilesim's table of compiles (Triton {filled.get('table_triton')}, the "
+             "device's)")
+    source = (compiled if not from_table else table if from_table == filled["records"]
+              else f"{table} for {from_table}, {compiled} for {filled['records'] - from_table}")
     return [f"# Loop facts: {filled['records']} records took their kernels' main-loop facts "
-            f"from a compile with Triton {filled['here']} (the device ran {device}); "
-            "reconcile with --fill-loop-facts to predict as the fit did."]
+            f"from {source}; reconcile with --fill-loop-facts to predict as the fit did."]
 
 
 def _filters(report: dict) -> str:

@@ -19,9 +19,12 @@ given other registers spills otherwise. The Triton here need not be the device's
 facts are the compiler's in kind, not the device's to the byte, unless the Triton here is
 the version the device ran (``compilers``: Triton bundles its own ``ptxas``, so the same
 version compiles the same SASS; ``pip install triton==<the records' version>`` in a
-separate environment gives it). The reconcile report says how many records were filled,
-with which Triton against the device's, and records that carry their own are never
-touched.
+separate environment gives it). Records whose kernels are all in tilesim's table of
+compiles (``kernels.table``), compiled by the Triton their device ran, take its rows
+instead: the device's facts with no compile (the H200 records' FA2 and naive kernels;
+decode's are compiled). The reconcile report says how many records were filled, from
+where, with which Triton against the device's, and records that carry their own are
+never touched.
 """
 
 from __future__ import annotations
@@ -71,29 +74,41 @@ def compilers(records: list[dict]) -> dict:
 
 def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dict]:
     """``fill_loop_facts``, with what the commands say of it: ``(records, filled)`` where
-    ``filled`` is ``compilers(records)`` (of the records as read) plus ``"records"``, how
-    many gained facts."""
-    compiled_by = compilers(records)
+    ``filled`` is ``compilers`` of the records compiled here (as read), plus ``"records"``,
+    how many gained facts, ``"table"``, how many of those from tilesim's table of compiles,
+    and ``"table_triton"``, the Triton it was compiled with."""
+    from kernels import table
+
+    served = {i for i, rec in enumerate(records) if _table_rows(rec) is not None}
     out, count = fill_loop_facts(records, progress=progress)
-    return out, dict(compiled_by, records=count)
+    from_table = sum(1 for i in served if out[i] is not records[i])
+    said = compilers([rec for i, rec in enumerate(records) if i not in served])
+    return out, dict(said, records=count, table=from_table,
+                     table_triton=table.header().get("triton"))
 
 
 def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:
-    """``(records, filled)``: the records with the loop facts of a compile here for their
-    GPU's architecture added to the kernel facts of the Triton records that have none
-    (copies; the others as they were), and how many records gained any. ``progress(done,
-    total)`` hears of each problem compiled. ``ProblemError`` (one line) when nothing can be
-    compiled here (no torch or triton)."""
+    """``(records, filled)``: the records with loop facts added to the kernel facts of the
+    Triton records that have none (copies; the others as they were), and how many records
+    gained any. Each takes them from tilesim's table of compiles (``kernels.table``) where
+    it has every kernel of the record and was compiled with the Triton the record's device
+    ran, for its architecture: the device's own facts, with no compile; the others from a
+    compile here for their GPU's architecture. ``progress(done, total)`` hears of each
+    problem compiled. ``ProblemError`` (one line) when some record needs a compile and
+    nothing can be compiled here (no torch or triton)."""
     from kernels import resources  # imports neither torch nor triton
 
-    resources.require_compiler("--fill-loop-facts")
-
+    out, filled = list(records), 0
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, rec in enumerate(records):
-        if _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
+        if (rows := _table_rows(rec)) is not None:
+            if (gained := _with_facts(rec, rows)) is not None:
+                out[i], filled = gained, filled + 1
+        elif _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
             problem = dict(rec["problem"], batch=1)  # the batch only sizes the grid
             groups[(arch, tuple(sorted(problem.items())))].append(i)
-    out, filled = list(records), 0
+    if groups:
+        resources.require_compiler("--fill-loop-facts")
     for done, ((arch, problem_items), members) in enumerate(groups.items(), start=1):
         problem = AttentionProblem.from_dict(dict(problem_items))
         tilings = [Tiling.from_dict(records[i]["tiling"]) for i in members]
@@ -108,19 +123,47 @@ def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int
         except RuntimeError as exc:  # the compile workers failed
             raise ProblemError(f"--fill-loop-facts: {exc}") from None
         for i, rows in zip(members, per_tiling, strict=True):
-            rec = copy.deepcopy(records[i])
-            gained = False
-            for fact in rec["kernel_facts"]:
-                row = rows.get(fact["name"])
-                if (row is None or row.error or row.registers is None
-                        or row.registers != fact.get("registers")):
-                    continue
-                for key in LOOP_FACTS:
-                    fact[key] = getattr(row, key)
-                gained = gained or any(fact[key] is not None for key in LOOP_FACTS)
-            if gained:
-                out[i] = rec
-                filled += 1
+            gained = _with_facts(records[i], {name: r.to_dict() for name, r in rows.items()})
+            if gained is not None:
+                out[i], filled = gained, filled + 1
         if progress is not None:
             progress(done, len(groups))
     return out, filled
+
+
+def _table_rows(rec: dict) -> dict[str, dict] | None:
+    """For a record that lacks loop facts, the rows of tilesim's table of compiles for
+    every kernel of it, by name, where the table is for its GPU's architecture, was
+    compiled with the Triton its device ran (which bundles its ptxas: the same SASS) and
+    has them all; else None."""
+    from kernels import table
+
+    if not _lacks_loop_facts(rec) or _arch(rec) != table.ARCH or not table.current():
+        return None
+    if (rec.get("environment") or {}).get("triton") != table.header().get("triton"):
+        return None
+    try:
+        problem = AttentionProblem.from_dict(rec["problem"])
+        tiling = Tiling.from_dict(rec["tiling"])
+    except (ProblemError, KeyError, TypeError, ValueError):
+        return None
+    names = [f["name"] for f in rec["kernel_facts"]]
+    rows = table.problem_rows(problem, tiling, names)
+    return rows if len(rows) == len(set(names)) else None
+
+
+def _with_facts(rec: dict, rows: dict[str, dict]) -> dict | None:
+    """A copy of the record whose kernel facts took the loop facts of their compile
+    (``rows``: kernel name -> ``KernelResources.to_dict()``), each only where that compile
+    gave the kernel the device's registers; None where none gained any."""
+    out = copy.deepcopy(rec)
+    gained = False
+    for fact in out["kernel_facts"]:
+        row = rows.get(fact["name"])
+        if (row is None or row.get("error") or row.get("registers") is None
+                or row["registers"] != fact.get("registers")):
+            continue
+        for key in LOOP_FACTS:
+            fact[key] = row.get(key)
+        gained = gained or any(fact[key] is not None for key in LOOP_FACTS)
+    return out if gained else None

@@ -185,12 +185,12 @@ def target_lines(report: dict) -> list[str]:
                      f"and shared memory of the device's compile (kernel_facts), "
                      f"{source['estimated']} with the model's estimate, {source['mixed']} "
                      "partly")
-    if report.get("loop_facts_filled") is not None:
-        lines.append(f"loop facts: {report['loop_facts_filled']} records took their kernels' "
+    filled = report.get("loop_facts_filled")
+    if filled is not None:
+        lines.append(f"loop facts: {filled} records took their kernels' "
                      "instruction and spill facts (a warp's instructions per main-loop "
                      "iteration, or in all without a loop; spills per iteration, waits for "
-                     "them) from a compile "
-                     f"here (--fill-loop-facts: {_compilers(report.get('loop_facts_compilers'))})")
+                     f"them) from {_fill_sources(filled, report.get('loop_facts_compilers'))}")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())
@@ -251,6 +251,20 @@ def plot(report: dict, path: str | Path) -> None:
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def _fill_sources(filled: int, compilers: dict | None) -> str:
+    """Where ``--fill-loop-facts`` took the facts: tilesim's table of compiles, a compile
+    here, or both (``validation.fill_facts.fill_saying_how``)."""
+    from_table = (compilers or {}).get("table") or 0
+    here = f"a compile here (--fill-loop-facts: {_compilers(compilers)})"
+    if not from_table:
+        return here
+    table = (f"tilesim's table of compiles (Triton {compilers.get('table_triton')}, the "
+             f"version the device ran: its facts)")
+    if from_table == filled:
+        return table
+    return f"{table} for {from_table}, {here} for {filled - from_table}"
 
 
 def _compilers(compilers: dict | None) -> str:

@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
                         "time grows with it); held-out shapes keep every length")
     p.add_argument("--fill-loop-facts", action="store_true",
                    help="as tilesim reconcile's: records without the main-loop facts of "
-                        "their kernels take them from a compile here (the preset's header "
+                        "their kernels take them from tilesim's table of compiles or a "
+                        "compile here (the preset's header "
                         "says so, and with which Triton); reconcile the fitted preset with "
                         "the same option")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")

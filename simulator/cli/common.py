@@ -126,25 +126,18 @@ def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
 
     if hw.compute_capability != table.ARCH or not table.current():
         return None
-    shape = {"causal": problem.causal, "seq_kv": problem.seq_kv,
-             **resources.launch_shape(problem.seq_q, problem.heads, problem.group_size)}
     names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
-    found = {name: [table.lookup(resources.job_key(name, table.ARCH, problem.dtype,
-                                                   problem.head_dim, tiling, **shape))
-                    for tiling in tilings]
+    per_tiling = [table.problem_rows(problem, tiling, names) for tiling in tilings]
+    found = {name: [rows.get(name) for rows in per_tiling]
              for name in names if name in resources.KERNELS}
     covered = [name for name, rows in found.items() if all(rows)]
     if not covered:
         return None
     out = []
     for i, tiling in enumerate(tilings):
-        rows = {}
-        for name in covered:
-            record = dict(found[name][i], head_dim=problem.head_dim, block_m=tiling.block_m,
-                          block_n=tiling.block_n, num_stages=tiling.num_stages,
-                          num_warps=tiling.num_warps)
-            record.pop("fits")
-            rows[name] = resources.KernelResources(**record)
+        rows = {name: resources.KernelResources.of_job(found[name][i], tiling,
+                                                       problem.head_dim)
+                for name in covered}
         out.append(_compiled_of(rows, hw, source="table"))
     return out
 

@@ -33,8 +33,10 @@ def add_parser(sub) -> None:
                         "instructions per iteration, or in all in a kernel without loops; "
                         "spills per iteration and the waits for them; the H200 records of "
                         "2026-11-30): "
-                        "take them from a compile here (needs torch and triton; cached), "
-                        "for each kernel the compile here gives the device's registers")
+                        "take them from tilesim's table of compiles where it has all their "
+                        "kernels and the device ran its Triton, else from a compile here "
+                        "(needs torch and triton; cached), for each kernel the compile "
+                        "gives the device's registers")
     p.set_defaults(func=run)
 
 
