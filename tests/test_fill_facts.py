@@ -171,3 +171,22 @@ def test_the_report_says_whether_the_triton_here_is_the_devices(monkeypatch):
     del unsaid["environment"]["triton"]
     assert compilers([rec, unsaid])["device"] == sorted([device, "unknown"])
     assert not compilers([rec, unsaid])["same"]
+
+
+def test_the_report_and_the_fitted_preset_say_which_records_came_from_where():
+    """Facts from the table for some records and from a compile here for the others: both
+    sources are named, with their counts."""
+    from validation import report as rp
+    from validation.calibrate import _loop_facts_line
+
+    filled = {"here": "3.9.0", "device": ["3.6.0"], "same": False, "records": 3, "table": 2,
+              "table_triton": "3.6.0"}
+    report = {"model": "simulator", "summary": {"targets": {}}, "unpredicted": [],
+              "duplicates_dropped": 0, "loop_facts_filled": 3, "loop_facts_compilers": filled}
+    line = next(x for x in rp.target_lines(report) if x.startswith("loop facts: 3 records"))
+    assert "table of compiles (Triton 3.6.0, the version the device ran: its facts) for 2" in line
+    assert "a compile here (--fill-loop-facts: Triton 3.9.0 here, the device ran 3.6.0" in line
+    assert line.endswith("for 1")
+    (header,) = _loop_facts_line(filled)
+    assert ("from tilesim's table of compiles (Triton 3.6.0, the device's) for 2, a compile "
+            "with Triton 3.9.0 (the device ran 3.6.0) for 1;") in header
