@@ -403,13 +403,12 @@ def _loop_facts_line(filled: dict | None) -> list[str]:
     --fill-loop-facts``), or none."""
     if filled is None:
         return []
+    from validation.fill_facts import sources_phrase
+
     device = ", ".join(filled["device"]) or "none"
-    from_table = filled.get("table") or 0
-    compiled = f"a compile with Triton {filled['here']} (the device ran {device})"
-    table = (f"tilesim's table of compiles (Triton {filled.get('table_triton')}, the "
-             "device's)")
-    source = (compiled if not from_table else table if from_table == filled["records"]
-              else f"{table} for {from_table}, {compiled} for {filled['records'] - from_table}")
+    source = sources_phrase(
+        filled, f"tilesim's table of compiles (Triton {filled.get('table_triton')}, the "
+                "device's)", f"a compile with Triton {filled['here']} (the device ran {device})")
     return [f"# Loop facts: {filled['records']} records took their kernels' main-loop facts "
             f"from {source}; reconcile with --fill-loop-facts to predict as the fit did."]
 

@@ -87,6 +87,18 @@ def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dic
                      table_triton=table.header().get("triton"))
 
 
+def sources_phrase(filled: dict, table: str, compiled: str) -> str:
+    """Where ``fill_saying_how``'s ``filled`` says the facts came from, in the caller's
+    words for each source: ``table`` (tilesim's table of compiles), ``compiled`` (a compile
+    here), or both with how many records each gave."""
+    from_table, records = filled.get("table") or 0, filled.get("records") or 0
+    if not from_table:
+        return compiled
+    if from_table == records:
+        return table
+    return f"{table} for {from_table}, {compiled} for {records - from_table}"
+
+
 def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:
     """``(records, filled)``: the records with loop facts added to the kernel facts of the
     Triton records that have none (copies; the others as they were), and how many records

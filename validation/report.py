@@ -190,7 +190,7 @@ def target_lines(report: dict) -> list[str]:
         lines.append(f"loop facts: {filled} records took their kernels' "
                      "instruction and spill facts (a warp's instructions per main-loop "
                      "iteration, or in all without a loop; spills per iteration, waits for "
-                     f"them) from {_fill_sources(filled, report.get('loop_facts_compilers'))}")
+                     f"them) from {_fill_sources(report.get('loop_facts_compilers'))}")
     gap = summ.get("launch_gap_s") or {}
     if gap.get("median") is not None:
         assumed = ", ".join(f"{n} {fmt_time(v)}" for n, v in gap["preset"].items())
@@ -253,18 +253,15 @@ def plot(report: dict, path: str | Path) -> None:
     plt.close(fig)
 
 
-def _fill_sources(filled: int, compilers: dict | None) -> str:
+def _fill_sources(compilers: dict | None) -> str:
     """Where ``--fill-loop-facts`` took the facts: tilesim's table of compiles, a compile
     here, or both (``validation.fill_facts.fill_saying_how``)."""
-    from_table = (compilers or {}).get("table") or 0
-    here = f"a compile here (--fill-loop-facts: {_compilers(compilers)})"
-    if not from_table:
-        return here
-    table = (f"tilesim's table of compiles (Triton {compilers.get('table_triton')}, the "
-             f"version the device ran: its facts)")
-    if from_table == filled:
-        return table
-    return f"{table} for {from_table}, {here} for {filled - from_table}"
+    from validation.fill_facts import sources_phrase
+
+    table = (f"tilesim's table of compiles (Triton {(compilers or {}).get('table_triton')}, "
+             "the version the device ran: its facts)")
+    return sources_phrase(compilers or {}, table,
+                          f"a compile here (--fill-loop-facts: {_compilers(compilers)})")
 
 
 def _compilers(compilers: dict | None) -> str:
