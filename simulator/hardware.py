@@ -26,7 +26,7 @@ ZERO_ALLOWED = ("kernel_launch_overhead_s", "iteration_overhead_s", "unit_overla
 
 
 # Fields a preset may leave out (the dataclass's default, None, says what that means).
-OPTIONAL = ("sm_clock_tensor_hz", "warp_cycles_per_instruction")
+OPTIONAL = ("sm_clock_tensor_hz", "warp_cycles_per_instruction", "l1_smem_per_sm_bytes")
 L2_SECTOR_BYTES = 32  # the L2 model's unit of capacity and traffic (simulator/sim/l2.py)
 # Fields a preset records for readers that no part of the model reads: a --set on them
 # would change nothing, so it is refused with the reason.
@@ -96,6 +96,10 @@ class Hardware:
     # (``validation.pace``): no warp goes through its instructions faster, whatever its
     # units could do (``simulator.sim.program``). None: not measured, no such floor.
     warp_cycles_per_instruction: float | None = None
+    # The SM's unified data cache, L1 and shared memory together: what shared memory leaves
+    # caches the spills a kernel reloads (``simulator.spills``). None: not known, every
+    # reload is taken to reach L2.
+    l1_smem_per_sm_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -154,6 +158,11 @@ class Hardware:
             raise HardwareError(
                 f'hardware "{self.name}": smem_per_cta_max_bytes exceeds smem_per_sm_bytes.'
             )
+        if self.l1_smem_per_sm_bytes is not None and \
+                self.l1_smem_per_sm_bytes < self.smem_per_sm_bytes:
+            raise HardwareError(
+                f'hardware "{self.name}": l1_smem_per_sm_bytes is below smem_per_sm_bytes, '
+                "but shared memory is carved out of the unified data cache.")
 
     # Derived rates the model uses.
     @property

@@ -63,6 +63,11 @@ class CompiledResources:
     # (``kernels.resources.masked_loop_instructions``): the least path of the iterations
     # the schedule marks masked (``traces.schedules.base.Kernel.loop_masked``).
     masked_loop_instructions: int | None = None
+    # Of ``spill_bytes_per_iteration``, the bytes a thread stores (the rest it reloads), and
+    # the thread's stack frame, where ptxas keeps what it spills: which of them reach L2
+    # (``simulator.spills``).
+    spill_store_bytes_per_iteration: int | None = None
+    stack_frame_bytes: int | None = None
     # Where they come from: "compiled" here (``--compiled-resources``, a record's facts) or
     # "table", tilesim's table of compiles (``kernels.table``).
     source: str = "compiled"

@@ -6,7 +6,9 @@ simulator fills those in.
 
 SRAM traffic is modelled as: every byte a CTA loads from global memory is written into
 shared memory once and read from it once by the compute (``smem_write = smem_read =
-global_read``); outputs are stored from registers.
+global_read``); outputs are stored from registers. A kernel whose compile spills registers
+in its loop also moves ``local_read`` and ``local_write`` bytes through L2: the reloads that
+miss L1 and the stores (``simulator.spills``; 0 where no compile is given).
 """
 
 from __future__ import annotations
@@ -60,17 +62,19 @@ def tile_copies(pred: dict) -> int:
 
 
 def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
-                  given=None) -> dict:
+                  given=None, local: tuple[int, int] = (0, 0)) -> dict:
     """One kernel's entry; ``given``: its compile's ``CompiledResources``, whose spills per
     main-loop iteration it reports (the bytes a thread spills and reloads, the times a warp
     waits for the reloads) and the instructions a warp issues per iteration, or in all in a
-    kernel without loops (None: not known)."""
+    kernel without loops (None: not known); ``local``: the bytes its spills read from L2
+    and write to it (``local_bytes``)."""
     read, write = sum(count.reads.values()), sum(count.writes.values())
     return {
         "name": count.name,
         "grid": count.grid,
         "time_s": None,
         "bytes": {"global_read": read, "global_write": write,
+                  "local_read": local[0], "local_write": local[1],
                   "dram_read": None, "dram_write": None},
         "flops": {"tensor": count.tensor_flops, "exp": count.exp_ops,
                   "other": count.other_flops},
@@ -89,6 +93,19 @@ def _kernel_entry(count: KernelCount, res, resources: str, layout: dict | None,
         "warp_layout": layout,
         "legal": res.ctas_per_sm > 0,
     }
+
+
+def local_bytes(kernel, res, tiling: Tiling, hw: Hardware, given) -> tuple[int, int]:
+    """The bytes ``kernel``'s spills read from L2 and write to it over all its loop
+    iterations (``simulator.spills``): the reloads that miss L1 and every store; (0, 0)
+    where its compile does not say what it spills."""
+    from simulator.spills import spill_traffic
+
+    if given is None:
+        return 0, 0
+    traffic = spill_traffic(given, res, tiling.threads, hw)
+    iterations = int(kernel.loop_count.sum())
+    return round(traffic.reload_bytes * iterations), round(traffic.store_bytes * iterations)
 
 
 def resources_source(compiled, name: str) -> str:
@@ -131,7 +148,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
         layout = warp_layout(kernel, tiling.num_warps, problem.elem_bytes, hw)
         given = (compiled or {}).get(kernel.name)
         kernels.append(_kernel_entry(count, res, resources_source(compiled, kernel.name),
-                                     layout, given))
+                                     layout, given, local_bytes(kernel, res, tiling, hw, given)))
         for tensor in sched.tensors:
             entry = per_tensor.setdefault(tensor, {"global_read": 0, "global_write": 0,
                                                    "dram_read": None, "dram_write": None})
@@ -139,6 +156,8 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
             entry["global_write"] += count.writes.get(tensor, 0)
     global_read = sum(k["bytes"]["global_read"] for k in kernels)
     global_write = sum(k["bytes"]["global_write"] for k in kernels)
+    local_read = sum(k["bytes"]["local_read"] for k in kernels)
+    local_write = sum(k["bytes"]["local_write"] for k in kernels)
     tensor_flops = sum(k["flops"]["tensor"] for k in kernels)
     main = max(kernels, key=lambda k: (k["flops"]["tensor"], k["bytes"]["global_read"]))
     fits_memory = device_memory.fits(sched.device_bytes, hw)
@@ -150,6 +169,7 @@ def assemble_prediction(problem: AttentionProblem, tiling: Tiling, schedule: str
         "schedule": schedule,
         "hardware": hw.name,
         "bytes": {"global_read": global_read, "global_write": global_write,
+                  "local_read": local_read, "local_write": local_write,
                   "dram_read": None, "dram_write": None,
                   "smem_read": global_read, "smem_write": global_read},
         "per_tensor": per_tensor,

@@ -14,7 +14,7 @@ import pytest
 import simulator.cli as cli
 from simulator.hardware import load_hardware
 from traces.problem import ProblemError
-from validation.fill_facts import LOOP_FACTS, fill_loop_facts
+from validation.fill_facts import FRAME_FACTS, LOOP_FACTS, fill_loop_facts
 from validation.predict import predict, predict_record
 from validation.records import read_records, write_records
 
@@ -53,7 +53,11 @@ def test_a_record_without_loop_facts_takes_those_of_a_compile_here():
     assert fact["loop_instructions"] > 0 and fact["spill_reload_waits"] > 0
     assert fact["spill_load_bytes_per_iteration"] > 0 < fact["spill_store_bytes_per_iteration"]
     assert fact["prologue_instructions"] > 0 < fact["epilogue_instructions"]
-    assert {k: v for k, v in fact.items() if k not in LOOP_FACTS} == before["kernel_facts"][0]
+    # the stack frame too: the record read it from LOCAL alone, 0 for a kernel that spills
+    assert before["kernel_facts"][0]["spill_bytes"] == 0 < fact["spill_bytes"]
+    kept = LOOP_FACTS + FRAME_FACTS
+    assert ({k: v for k, v in fact.items() if k not in kept}
+            == {k: v for k, v in before["kernel_facts"][0].items() if k not in kept})
     hw = load_hardware("h200-sxm")
     filled_pred, plain_pred = (predict_record(predict, r, hw) for r in (out[0], rec))
     assert filled_pred["time_s"] > plain_pred["time_s"]
@@ -86,6 +90,7 @@ def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch
     fact = out[0]["kernel_facts"][0]
     assert {key: fact[key] for key in LOOP_FACTS} == {key: row[key] for key in LOOP_FACTS}
     assert fact["spill_store_bytes_per_iteration"] > 0
+    assert rec["kernel_facts"][0]["spill_bytes"] == 0 < fact["spill_bytes"] == row["spill_bytes"]
     softmax = out[1]["kernel_facts"][1]
     assert softmax["name"] == "naive_softmax" and softmax["straight_instructions"] > 0
     key = resources.job_key("naive_softmax", 90, "bf16", 64, Tiling(64, 64, 2, 4),

@@ -296,7 +296,8 @@ def test_spilled_registers_take_the_l1_data_path_every_iteration():
     tiling = Tiling(128, 64, 2, 4)
     schedule = build_schedule(problem, tiling, "fa2")
     given = {"fa2_fwd": CompiledResources(255, 98304)}
-    spilled = {"fa2_fwd": CompiledResources(255, 98304, spill_bytes_per_iteration=236)}
+    spilled = {"fa2_fwd": CompiledResources(255, 98304, spill_bytes_per_iteration=236,
+                                            spill_store_bytes_per_iteration=12)}
     (plain,), (spill,) = (schedule_programs(schedule, H200, compiled=c)
                           for c in (given, spilled))
     smem = UNITS.index("smem")

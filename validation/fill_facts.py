@@ -38,6 +38,10 @@ from traces.tiling import Tiling
 LOOP_FACTS = ("loop_instructions", "spill_load_bytes_per_iteration",
               "spill_store_bytes_per_iteration", "spill_reload_waits", "straight_instructions",
               "prologue_instructions", "epilogue_instructions", "masked_loop_instructions")
+# Copied with them: the stack frame, which the records made before 2026-12-02 read from
+# ``LOCAL`` alone, 0 for a kernel that spills (``kernels.resources._cuobjdump_usage``); the
+# spills' L1 hits depend on it (``simulator.spills``).
+FRAME_FACTS = ("spill_bytes",)
 
 
 def _lacks_loop_facts(rec: dict) -> bool:
@@ -165,8 +169,9 @@ def _table_rows(rec: dict) -> dict[str, dict] | None:
 
 
 def _with_facts(rec: dict, rows: dict[str, dict]) -> dict | None:
-    """A copy of the record whose kernel facts took the loop facts of their compile
-    (``rows``: kernel name -> ``KernelResources.to_dict()``), each only where that compile
+    """A copy of the record whose kernel facts took the loop facts (and the stack frame,
+    ``FRAME_FACTS``) of their compile (``rows``: kernel name -> ``KernelResources.
+    to_dict()``), each only where that compile
     gave the kernel the device's registers; None where none gained any."""
     out = copy.deepcopy(rec)
     gained = False
@@ -175,7 +180,7 @@ def _with_facts(rec: dict, rows: dict[str, dict]) -> dict | None:
         if (row is None or row.get("error") or row.get("registers") is None
                 or row["registers"] != fact.get("registers")):
             continue
-        for key in LOOP_FACTS:
+        for key in LOOP_FACTS + FRAME_FACTS:
             fact[key] = row.get(key)
         gained = gained or any(fact[key] is not None for key in LOOP_FACTS)
     return out if gained else None

@@ -53,8 +53,10 @@ def l2_start_of(rec: dict) -> str:
 def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
     compile's registers, shared memory and, in records made after 2026-12-02, its main loop's
-    spill traffic, waits for reloaded spills and instructions, or a loop-less kernel's
-    instructions); None if it has neither for any kernel, or if
+    spill traffic, stack frame, waits for reloaded spills and instructions, or a loop-less
+    kernel's instructions; the frame only beside the spill traffic, as records made before
+    read it from ``LOCAL`` alone, 0 for a kernel that spills); None if it has neither for
+    any kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
     of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
     from simulator.occupancy import CompiledResources, spill_per_iteration
@@ -67,16 +69,17 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     for fact in rec.get("kernel_facts") or ():
         loaded, stored = (fact.get(f"spill_{kind}_bytes_per_iteration")
                           for kind in ("load", "store"))
-        waits, loop_issued, straight_issued, prologue, epilogue, masked = (
+        waits, loop_issued, straight_issued, prologue, epilogue, masked, frame = (
             None if fact.get(key) is None else int(fact[key])
             for key in ("spill_reload_waits", "loop_instructions", "straight_instructions",
                         "prologue_instructions", "epilogue_instructions",
-                        "masked_loop_instructions"))
+                        "masked_loop_instructions", "spill_bytes"))
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
             None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
             spill_per_iteration(loaded, stored), waits, loop_issued, straight_issued,
-            prologue, epilogue, masked)
+            prologue, epilogue, masked, None if stored is None else int(stored),
+            frame if loaded is not None else None)
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

@@ -161,7 +161,8 @@ def _occupancy_from(pred: dict) -> str:
 def _predicted(pred: dict) -> dict:
     b = pred["bytes"]
     return {"time": pred.get("time_s"), "dram": _sum(b.get("dram_read"), b.get("dram_write")),
-            "l2": _sum(b["global_read"], b["global_write"])}
+            "l2": _sum(b["global_read"], b["global_write"], b.get("local_read", 0),
+                       b.get("local_write", 0))}
 
 
 def _summary(rows: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:

@@ -188,8 +188,17 @@ def _compiled_of(rows: dict, hw, source: str = "compiled"):
                                     r.spill_reload_waits, r.loop_instructions,
                                     r.straight_instructions, r.prologue_instructions,
                                     r.epilogue_instructions, r.masked_loop_instructions,
-                                    source=source)
+                                    r.spill_store_bytes_per_iteration,
+                                    _frame_beside_spills(r), source=source)
             for name, r in rows.items()}
+
+
+def _frame_beside_spills(row) -> int | None:
+    """A compile's stack frame where it says what the main loop spills (what the frame
+    decides, ``simulator.spills``), else None."""
+    if row.spill_load_bytes_per_iteration is None:
+        return None
+    return row.spill_bytes
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

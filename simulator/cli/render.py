@@ -104,6 +104,9 @@ def counts_tables(pred: dict) -> list:
         rows.insert(-2, ("spills (compiled)", "; ".join(
             f"{k['name']}: {k['registers_per_thread']} registers, "
             f"{k['spill_bytes_per_iteration']} B a thread each iteration" for k in spilling)))
+    if b.get("local_read") or b.get("local_write"):  # simulator.spills: beyond L1
+        rows.insert(1, ("spills through L2 read / write",
+                        f"{fmt_bytes(b['local_read'])} / {fmt_bytes(b['local_write'])}"))
     issued = f.get("issued", {}).get("tensor")
     if issued is not None and issued > f["tensor"]:
         padding = 1 - f["tensor"] / issued

@@ -3,7 +3,8 @@
 From a kernel's program (``program``), per CTA: bytes loaded and stored by phase of the
 program, compute seconds, and — given its L2 misses — the four phases the fluid runs it as
 (``fluid``): the latency of its first loads, their transfer, the body, the last stores.
-Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port, bytes through HBM,
+Each phase is ``(B, M, K, CP)``: bytes through L2 and the SM's port (the body's include its
+spills that reach L2, ``simulator.spills``), bytes through HBM,
 busy seconds of its SM's units (``compute.busy_seconds``), and its critical path alone on
 the GPU (which counts each compute step's critical path, ``simulator.sim.compute``).
 
@@ -95,6 +96,10 @@ class CtaCosts:
         self.loop_path = loop(prog.loop.path_s)
         self.post_path = prog.post.path_s
         self.load = self.pre_load + self.loop_load + self.post_load
+        # Each iteration's spills that reach L2 (``program.KernelProgram.spill``): bytes
+        # through L2 and the port beside the tiles', none of them through HBM.
+        self.spill_it = prog.spill.total_bytes
+        self.local = self.n * self.spill_it
         self.compute = (prog.pre.compute_s + loop(prog.loop.compute_s)
                         + prog.post.compute_s)  # busy seconds of the SM's units
         per = np.maximum(self.n, 1)
@@ -173,8 +178,8 @@ class CtaCosts:
             return np.maximum(nbytes / through, missed / hbm)
 
         n = self.n
-        # The SM's port also carries the iteration's stores.
-        moved_it = self.load_it + self.store_it
+        # The SM's port also carries the iteration's stores and spills.
+        moved_it = self.load_it + self.store_it + self.spill_it
         step = np.maximum(self.path_it, (latency + self.path_it
                                          + transfer(moved_it, self.load_it * fraction))
                           / self.ahead)
@@ -189,7 +194,8 @@ class CtaCosts:
         CP[:, 0] = np.where(self.first_load > 0, latency, 0.0)
         B[:, 1], M[:, 1], moved[:, 1] = self.first_load, first_cost, first_miss
         CP[:, 1] = transfer(self.first_load, first_cost)
-        B[:, 2] = self.load + self.store - self.first_load - np.where(separate, self.last_store, 0)
+        B[:, 2] = (self.load + self.store + self.local - self.first_load
+                   - np.where(separate, self.last_store, 0))
         M[:, 2] = np.maximum(miss_cost - first_cost, 0.0)
         moved[:, 2] = np.maximum(miss - first_miss, 0.0)
         W[:, 2] = written

@@ -181,14 +181,20 @@ class FullEngine:
             yield first_loads
         yield from self._compute(sm, prog.pre.compute_s[cta], prog.pre.path_s[cta])
         self._store("pre", cta, cta, sm, pending)
+        spill = prog.spill
         for t, unit in enumerate(units):
             loads = ahead.popleft() if stages > 1 else self._load("loop", cta, unit, sm)
             if loads is not None:
                 yield loads
+            reloads = self._reload(sm, spill.reload_bytes)
             yield from self._compute(sm, prog.loop.compute_s[unit], prog.loop.path_s[unit])
+            if reloads is not None:
+                yield reloads
             if stages > 1 and t + stages - 1 < len(units):  # into the buffer just read
                 ahead.append(self._load("loop", cta, units[t + stages - 1], sm))
             self._store("loop", cta, unit, sm, pending)
+            if spill.store_bytes:
+                self._write(sm, spill.store_bytes, pending)
         last_loads = self._load("post", cta, cta, sm)
         if last_loads is not None:
             yield last_loads
@@ -270,21 +276,42 @@ class FullEngine:
 
     def _store(self, phase: str, cta: int, unit: int, sm: int, pending: list) -> None:
         moved = self._access(phase, STORE, cta, unit)
-        if moved is None:
-            return
+        if moved is not None:
+            self._write(sm, moved[0], pending)
+
+    def _write(self, sm: int, nbytes: float, pending: list) -> None:
+        """Write ``nbytes`` through SM ``sm``'s port and L2, not waited for: one more of the
+        CTA's stores in flight (``pending``) until L2 has taken them."""
         pending[0] += 1
-        parts = [2]
 
         def accepted() -> None:
-            parts[0] -= 1
-            if parts[0]:
-                return
             pending[0] -= 1
             if not pending[0] and pending[1] is not None:
                 pending[1].succeed()
 
-        self.l2.start(moved[0], accepted)
-        self.ports[sm].start(moved[0], accepted)
+        self._through(sm, nbytes, accepted)
+
+    def _through(self, sm: int, nbytes: float, done) -> None:
+        """Move ``nbytes`` through L2 and SM ``sm``'s port, then call ``done``."""
+        parts = [2]
+
+        def transferred() -> None:
+            parts[0] -= 1
+            if not parts[0]:
+                done()
+
+        self.l2.start(nbytes, transferred)
+        self.ports[sm].start(nbytes, transferred)
+
+    def _reload(self, sm: int, nbytes: float):
+        """Reload ``nbytes`` of spills from L2 (``program.KernelProgram.spill``: those that
+        miss L1; their latency is on the iteration's path already); the event of their
+        arrival, or None without any."""
+        if not nbytes:
+            return None
+        arrived = self.env.event()
+        self._through(sm, nbytes, arrived.succeed)
+        return arrived
 
 
 def _nothing() -> None:

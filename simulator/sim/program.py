@@ -30,12 +30,15 @@ CTA waits; ``simulator.sim.compute``).
 Every loop iteration's path also carries the preset's ``iteration_overhead_s``, and, in a
 loop that spills, an L2 round trip (the preset's ``l2_latency_s``) for each time its warps
 wait for reloaded spills (``kernels.resources.reload_waits``, from the compile's SASS; one
-where only the spilled bytes are known). The reloads reach L2: in the H200 records, FA2's
-forward at d = 128, 128 x 64, 4 warps (255 registers, spilling in its loop) read 12-20 KB
-and wrote 15-17 KB more of L2 per CTA and iteration than its tiles, and Nsight Compute has
-its warps waiting on long scoreboards (L1TEX: global and local memory) 3.6 cycles per
-instruction, where the same forward at 128 x 32 does not show the stall, and L1 hitting 5%
-of its sectors (``validation/records/raw/h200-stalls-2026-11-30``).
+where only the spilled bytes are known); the bytes of its spills that reach L2 (the
+stores, and the reloads that miss L1: ``simulator.spills``) cross L2 and the SM's port
+each iteration as its tiles do (``KernelProgram.spill``). The reloads reach L2: in the H200
+records, FA2's forward at d = 128, 128 x 64, 4 warps (255 registers, spilling in its loop)
+read 12-20 KB and wrote 15-17 KB more of L2 per CTA and iteration than its tiles (it
+stores 14.8 KB and reloads 32.8 KB of spills; the rule gives 12.5 KB of them from L2), and
+Nsight Compute has its warps waiting on long scoreboards (L1TEX: global and local memory)
+3.6 cycles per instruction, where the same forward at 128 x 32 does not show the stall, and
+L1 hitting 5% of its sectors (``validation/records/raw/h200-stalls-2026-11-30``).
 No warp goes through its instructions faster than the preset's
 ``warp_cycles_per_instruction`` each (``issue_floor_s``; ``validation.pace`` measured it:
 the fewest cycles per instruction of any loop in the H200 records). Where the compile gives
@@ -88,6 +91,7 @@ import numpy as np
 from simulator.hardware import L2_SECTOR_BYTES, Hardware
 from simulator.occupancy import CompiledResources, Residency, kernel_residency
 from simulator.sim.compute import UNITS, busy_seconds, path_seconds, unit_seconds, uses_wgmma
+from simulator.spills import NO_SPILLS, SpillTraffic, spill_traffic
 from traces.schedules import Schedule
 from traces.schedules.base import LOAD, STORE, Access, Kernel, valid_extent
 from traces.schedules.mma_layout import MatmulCosts, matmul_costs
@@ -144,6 +148,8 @@ class KernelProgram:
     post: Phase  # units: CTAs
     loop_first: np.ndarray  # [period] first loop unit of each CTA of the period
     plane_offset: np.ndarray  # [k_loop, grid] plane shift of CTA c against CTA c % period
+    # What each loop iteration's spills move through L2 and the SM's port (``spills``)
+    spill: SpillTraffic = NO_SPILLS
     _totals: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -375,6 +381,7 @@ def kernel_program(kernel: Kernel, schedule: Schedule, hw: Hardware,
         name=kernel.name, grid=kernel.grid, sram_bytes=res.smem_per_cta_bytes, residency=res,
         loop_count=loop_count, period=period, pre=pre, loop=loop, post=post,
         loop_first=periodic.loop_first, plane_offset=periodic.plane_offset[accesses],
+        spill=spill_traffic(given, res, schedule.tiling.threads, hw),
     )
 
 

@@ -32,7 +32,7 @@ BOUND_UTILIZATION = 0.5
 def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float]:
     hw, t = sim.hardware, np.float64(run.time_s)  # numpy float: overflow is inf, not an error
     dram = run.hbm_busy_bytes
-    moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
+    moved = l2_bytes(entry["bytes"])
     slot_time = float((run.cta_end - run.cta_start).sum())
     # A what-if with absurd rates (--set exp_ops_per_s=1e-300) makes rate x time overflow to
     # infinity: the utilization is then 0, without numpy's warnings on stderr.
@@ -47,6 +47,13 @@ def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float
             "smem": float(busy[3]),
             "sm_slots": float(slot_time / (hw.sm_count * run.ctas_per_sm * t)),
         }
+
+
+def l2_bytes(moved: dict) -> int:
+    """The bytes that cross L2 from a prediction's ``bytes``: the tiles' (global) and the
+    spills' that miss L1 (local, ``simulator.spills``)."""
+    return (moved["global_read"] + moved["global_write"] + moved.get("local_read", 0)
+            + moved.get("local_write", 0))
 
 
 def bound_of(util: dict[str, float]) -> str:
@@ -70,7 +77,7 @@ def fill_prediction(sim: Simulation) -> dict:
         bound = bound_of(util)
         votes[bound] = votes.get(bound, 0.0) + t
         per_tensor += run.tensor_bytes[:, [MISS, WRITEBACK]]
-        moved = entry["bytes"]["global_read"] + entry["bytes"]["global_write"]
+        moved = l2_bytes(entry["bytes"])
         entry["time_s"] = t
         entry["bytes"]["dram_read"] = run.dram_read
         entry["bytes"]["dram_write"] = run.dram_write
@@ -108,7 +115,7 @@ def fill_prediction(sim: Simulation) -> dict:
     pred["achieved"] = {
         "hbm_bytes_per_s": (b["dram_read"] + b["dram_write"] + b["foreign_dram_write"])
         / total,
-        "l2_bytes_per_s": (b["global_read"] + b["global_write"]) / total,
+        "l2_bytes_per_s": l2_bytes(b) / total,
         "tflops": pred["flops"]["tensor"] / total / 1e12,
         "convention_tflops": pred["flops"]["convention"] / total / 1e12,
     }
