@@ -32,6 +32,10 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
   and are not waited for, except that a CTA retires only once its stores have been
   accepted by L2.
+- **Spills** (``simulator.spills``): each iteration of a loop that spills reloads the
+  spills that miss L1 through L2 and the SM's port while it computes, and waits for them
+  before its next step; it writes its spill stores to L2 as it does its tiles' (no
+  lookup in the L2 model: their trips to HBM are not modelled).
 - **Compute** (``compute``): a step ends its critical path after it starts, but not before
   its SM's units have done the busy seconds (``compute.busy_seconds``) queued before it
   and its own: the CTAs of one SM share its units first come, first served.
