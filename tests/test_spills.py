@@ -166,3 +166,29 @@ def test_the_totals_table_shows_the_spills_l2_traffic():
     assert "spills through L2 read / write" in totals(pred) and line in totals(pred)
     plain, _ = predict(PROBLEM, TILING, "fa2", H200)
     assert "spills through L2" not in totals(plain)
+
+
+def test_compare_shows_the_spills_of_the_tables_compile(capsys):
+    """FA2's forward at d = 128, 128 x 64, 4 warps spills in the table of compiles
+    (Triton 3.6.0: 255 registers, 256 B reloaded and 116 B stored a thread each
+    iteration): ``tilesim compare`` shows its spills' L2 bytes, which ``--json`` carries as
+    the prediction's ``local_read`` and ``local_write``; naive attention spills none."""
+    import json
+
+    from simulator.cli import main
+
+    argv = ["compare", "--hardware", "h200-sxm", "--batch", "1", "--heads", "16", "--seq",
+            "1024", "--head-dim", "128", "--block-m", "128", "--block-n", "64", "--stages",
+            "2", "--warps", "4"]
+    assert main(argv + ["--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    fa2, naive = preds["fa2"]["bytes"], preds["naive"]["bytes"]
+    assert naive["local_read"] == naive["local_write"] == 0
+    # every store reaches L2: 116 B x 128 threads an iteration, 16 iterations (1024 / 64)
+    # of 128 CTAs (16 heads x 1024 / 128)
+    assert preds["fa2"]["kernels"][0]["spill_bytes_per_iteration"] == 256 + 116
+    assert fa2["local_write"] == 116 * 128 * 16 * 128
+    assert 0 < fa2["local_read"] < 256 * 128 * 16 * 128
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "spills through L2 read" in out and "spills through L2 write" in out

@@ -49,6 +49,12 @@ def render(preds: dict) -> None:
     row("time", lambda p: p["time_s"], fmt_time)
     row("global (L2) read", lambda p: p["bytes"]["global_read"], fmt_bytes)
     row("global (L2) write", lambda p: p["bytes"]["global_write"], fmt_bytes)
+    if any(p["bytes"].get(k) for p in (naive, fa2) for k in ("local_read", "local_write")):
+        # a compile's spills beyond L1 (simulator.spills): L2 traffic beside the tiles'
+        for label, key in (("spills through L2 read", "local_read"),
+                           ("spills through L2 write", "local_write")):
+            a, b = naive["bytes"][key], fa2["bytes"][key]
+            table.add_row(label, fmt_bytes(a), fmt_bytes(b), ratio(a, b) if a else "-")
     row("DRAM read", lambda p: p["bytes"]["dram_read"], fmt_bytes)
     row("DRAM write", lambda p: p["bytes"]["dram_write"], fmt_bytes)
     row("intermediates written (S, P, LSE)", _intermediate_bytes, fmt_bytes)
