@@ -63,6 +63,10 @@ fi
     echo "# ncu --query-metrics --chip gh100 (the metrics the run asks for)"
     ncu --query-metrics --chip gh100 2>&1 | grep -E '^(dram__bytes_(read|write)|lts__t_sectors_srcunit_tex_op_(read|write)|lts__t_sector_hit_rate|sm__sass_data_bytes_mem_shared|gpu__time_duration) ' \
         || echo "(no metric listing)"
+    # the L2 request coalescer's metrics, if the chip has one: their names, for a later
+    # run to count (the non-causal tiles' L2 reads fall short of the model's; BENCHMARKS.md)
+    echo "# ncu --query-metrics --chip gh100 (lrc__: the L2 request coalescer)"
+    ncu --query-metrics --chip gh100 2>&1 | grep -E '^lrc__' || echo "(none listed)"
     echo "# python"
     python3 -c 'import sys, torch, triton; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.is_available())' 2>&1
     python3 -c 'import simpy; print("simpy", simpy.__version__)' 2>&1 || true
