@@ -23,12 +23,13 @@ its capacity with shared memory. The model:
   evicts the least recently used would miss every reload of such a loop). ``m`` is 0 up to
   ``S = C`` and rises towards 1 beyond it; no constant is fitted.
 
-On the H200 records (BENCHMARKS.md, "Spills go to L2"): FA2's forward at d = 128, 128 x 64,
+On the H200 records (BENCHMARKS.md, "Spills through L2"): FA2's forward at d = 128, 128 x 64,
 4 warps (S / C = 78 / 62 KB, m = 0.38) stored 1.95 GB and reloaded 4.29 GB of spills, and
 its L2 traffic exceeded its tiles' by 3.84 GB, where the rule gives 3.6; dK/dV at 128 x 64,
 8 warps (118 / 94 KB, m = 0.38), by 11.9 GB where it gives 10.2 (its tiles' L2 is
-over-predicted by 10-30% without spills: the excess understates them); the causal
-backward at 32 x 128, 4 warps (272 / 61.5 KB, m = 0.99), by 26.0 GB where it gives 24.8.
+over-predicted by 10-30% without spills, so the excess understates its spills: its
+reloads may miss L1 more often than the rule says); the causal backward at 32 x 128,
+4 warps (272 / 61.5 KB, m = 0.99), by 26.0 GB where it gives 24.8.
 
 Where the preset does not give the L1's size, every reload is taken to reach L2.
 """

@@ -170,9 +170,9 @@ def _table_rows(rec: dict) -> dict[str, dict] | None:
 
 def _with_facts(rec: dict, rows: dict[str, dict]) -> dict | None:
     """A copy of the record whose kernel facts took the loop facts (and the stack frame,
-    ``FRAME_FACTS``) of their compile (``rows``: kernel name -> ``KernelResources.
-    to_dict()``), each only where that compile
-    gave the kernel the device's registers; None where none gained any."""
+    ``FRAME_FACTS``) of their compile (``rows``: kernel name -> ``KernelResources.to_dict()``),
+    each only where that compile gave the kernel the device's registers; None where none
+    gained any."""
     out = copy.deepcopy(rec)
     gained = False
     for fact in out["kernel_facts"]:
