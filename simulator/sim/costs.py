@@ -178,11 +178,14 @@ class CtaCosts:
             return np.maximum(nbytes / through, missed / hbm)
 
         n = self.n
-        # The SM's port also carries the iteration's stores and spills.
-        moved_it = self.load_it + self.store_it + self.spill_it
+        # The SM's port also carries the iteration's stores.
+        moved_it = self.load_it + self.store_it
         step = np.maximum(self.path_it, (latency + self.path_it
                                          + transfer(moved_it, self.load_it * fraction))
                           / self.ahead)
+        # Its spills move while it computes (the full engine's reloads and stores): the
+        # port and L2 bound the step, they do not lengthen its chain.
+        step = np.maximum(step, (moved_it + self.spill_it) / through)
         loop = np.where(n > 0, self.path_it + (n - 1) * step, 0.0)
         drain = np.where(self.post_load > 0,
                          latency + transfer(self.post_load, self.post_load * fraction), 0.0)

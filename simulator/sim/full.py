@@ -32,10 +32,11 @@ Model (``DESIGN.md``, level 3), per kernel launch:
   evicted dirty blocks are HBM transfers nobody waits for. Stores cross the port and L2
   and are not waited for, except that a CTA retires only once its stores have been
   accepted by L2.
-- **Spills** (``simulator.spills``): each iteration of a loop that spills reloads the
-  spills that miss L1 through L2 and the SM's port while it computes, and waits for them
-  before its next step; it writes its spill stores to L2 as it does its tiles' (no
-  lookup in the L2 model: their trips to HBM are not modelled).
+- **Spills** (``simulator.spills``): each iteration of a loop that spills moves the
+  reloads that miss L1 and its spill stores through L2 and the SM's port while it
+  computes (its spill instructions are spread over its compute), waits for the reloads
+  before its next step, and counts the stores among those in flight (no lookup in the L2
+  model: spills' trips to HBM are not modelled).
 - **Compute** (``compute``): a step ends its critical path after it starts, but not before
   its SM's units have done the busy seconds (``compute.busy_seconds``) queued before it
   and its own: the CTAs of one SM share its units first come, first served.
@@ -191,14 +192,14 @@ class FullEngine:
             if loads is not None:
                 yield loads
             reloads = self._reload(sm, spill.reload_bytes)
+            if spill.store_bytes:  # its spill stores, spread over its compute
+                self._write(sm, spill.store_bytes, pending)
             yield from self._compute(sm, prog.loop.compute_s[unit], prog.loop.path_s[unit])
             if reloads is not None:
                 yield reloads
             if stages > 1 and t + stages - 1 < len(units):  # into the buffer just read
                 ahead.append(self._load("loop", cta, units[t + stages - 1], sm))
             self._store("loop", cta, unit, sm, pending)
-            if spill.store_bytes:
-                self._write(sm, spill.store_bytes, pending)
         last_loads = self._load("post", cta, cta, sm)
         if last_loads is not None:
             yield last_loads
