@@ -77,10 +77,15 @@ class CompiledResources:
             object.__setattr__(self, "registers_per_thread", None)
 
 
-def spill_per_iteration(loaded: int | None, stored: int | None) -> int | None:
-    """``CompiledResources.spill_bytes_per_iteration`` from a compile's spilled bytes loaded
-    and stored per thread and main-loop iteration; None unless both are known."""
-    return None if loaded is None or stored is None else int(loaded) + int(stored)
+def spill_fields(loaded: int | None, stored: int | None, frame: int | None) -> dict:
+    """``CompiledResources``' spill fields from a compile's spilled bytes loaded and stored
+    per thread and main-loop iteration and its stack frame: their sum where both are known,
+    the stores, and the frame only beside the sum (records made before 2026-12-02 read the
+    frame from ``LOCAL`` alone, 0 for a kernel that spills, and carry no sum)."""
+    total = None if loaded is None or stored is None else int(loaded) + int(stored)
+    return {"spill_bytes_per_iteration": total,
+            "spill_store_bytes_per_iteration": None if stored is None else int(stored),
+            "stack_frame_bytes": None if total is None or frame is None else int(frame)}
 
 
 def kernel_residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,

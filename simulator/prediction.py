@@ -108,6 +108,13 @@ def local_bytes(kernel, res, tiling: Tiling, hw: Hardware, given) -> tuple[int, 
     return round(traffic.reload_bytes * iterations), round(traffic.store_bytes * iterations)
 
 
+def l2_bytes(moved: dict) -> int:
+    """The bytes that cross L2, from a prediction's (or a kernel's) ``bytes``: the tiles'
+    (global) and the spills' that miss L1 (local, ``local_bytes``)."""
+    return (moved["global_read"] + moved["global_write"] + moved.get("local_read", 0)
+            + moved.get("local_write", 0))
+
+
 def resources_source(compiled, name: str) -> str:
     """Where a kernel's registers and shared memory came from: ``"compiled"`` (both,
     compiled here or a record's), ``"table"`` (both, from tilesim's table of compiles,

@@ -54,12 +54,11 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
     """Kernel name -> ``CompiledResources`` from a record's ``kernel_facts`` (the device
     compile's registers, shared memory and, in records made after 2026-12-02, its main loop's
     spill traffic, stack frame, waits for reloaded spills and instructions, or a loop-less
-    kernel's instructions; the frame only beside the spill traffic, as records made before
-    read it from ``LOCAL`` alone, 0 for a kernel that spills); None if it has neither for
-    any kernel, or if
+    kernel's instructions; ``occupancy.spill_fields``); None if it has neither for any
+    kernel, or if
     ``hw`` is another architecture than the GPU the record ran on (its compile says nothing
     of another's). A register count of 0 is no count (``CompiledResources`` says so)."""
-    from simulator.occupancy import CompiledResources, spill_per_iteration
+    from simulator.occupancy import CompiledResources, spill_fields
 
     capability = (rec.get("environment") or {}).get("gpu_capability")
     if hw is not None and capability and capability.replace(".", "") != str(
@@ -77,9 +76,10 @@ def compiled_resources(rec: dict, hw: Hardware | None = None) -> dict | None:
         given = CompiledResources(
             None if fact.get("registers") is None else int(fact["registers"]),
             None if fact.get("shared_bytes") is None else int(fact["shared_bytes"]),
-            spill_per_iteration(loaded, stored), waits, loop_issued, straight_issued,
-            prologue, epilogue, masked, None if stored is None else int(stored),
-            frame if loaded is not None else None)
+            spill_reload_waits=waits, loop_instructions=loop_issued,
+            straight_instructions=straight_issued, prologue_instructions=prologue,
+            epilogue_instructions=epilogue, masked_loop_instructions=masked,
+            **spill_fields(loaded, stored, frame))
         if given != CompiledResources():
             found[fact["name"]] = given
     return found or None

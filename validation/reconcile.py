@@ -41,6 +41,7 @@ import statistics
 from collections import defaultdict
 
 from simulator.hardware import load_hardware
+from simulator.prediction import l2_bytes
 from traces.problem import ProblemError
 from validation import predict as predict_mod
 from validation import stats
@@ -161,8 +162,7 @@ def _occupancy_from(pred: dict) -> str:
 def _predicted(pred: dict) -> dict:
     b = pred["bytes"]
     return {"time": pred.get("time_s"), "dram": _sum(b.get("dram_read"), b.get("dram_write")),
-            "l2": _sum(b["global_read"], b["global_write"], b.get("local_read", 0),
-                       b.get("local_write", 0))}
+            "l2": l2_bytes(b)}
 
 
 def _summary(rows: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:

@@ -171,7 +171,7 @@ def _compiled_of(rows: dict, hw, source: str = "compiled"):
     """Kernel name -> ``CompiledResources`` of one tiling's compiles (``kernels.resources.
     KernelResources`` by name), or a string saying which kernel does not compile.
     ``ProblemError`` (one line) for a kernel with more registers than ``hw`` allows."""
-    from simulator.occupancy import CompiledResources, spill_per_iteration
+    from simulator.occupancy import CompiledResources, spill_fields
 
     over = [r for r in rows.values() if (r.registers or 0) > hw.max_registers_per_thread]
     if over:
@@ -183,22 +183,17 @@ def _compiled_of(rows: dict, hw, source: str = "compiled"):
     if failed:
         return f"{failed[0].kernel} does not compile for this tiling: {failed[0].error}"
     return {name: CompiledResources(r.registers, r.shared_bytes,
-                                    spill_per_iteration(r.spill_load_bytes_per_iteration,
-                                                        r.spill_store_bytes_per_iteration),
-                                    r.spill_reload_waits, r.loop_instructions,
-                                    r.straight_instructions, r.prologue_instructions,
-                                    r.epilogue_instructions, r.masked_loop_instructions,
-                                    r.spill_store_bytes_per_iteration,
-                                    _frame_beside_spills(r), source=source)
+                                    spill_reload_waits=r.spill_reload_waits,
+                                    loop_instructions=r.loop_instructions,
+                                    straight_instructions=r.straight_instructions,
+                                    prologue_instructions=r.prologue_instructions,
+                                    epilogue_instructions=r.epilogue_instructions,
+                                    masked_loop_instructions=r.masked_loop_instructions,
+                                    source=source,
+                                    **spill_fields(r.spill_load_bytes_per_iteration,
+                                                   r.spill_store_bytes_per_iteration,
+                                                   r.spill_bytes))
             for name, r in rows.items()}
-
-
-def _frame_beside_spills(row) -> int | None:
-    """A compile's stack frame where it says what the main loop spills (what the frame
-    decides, ``simulator.spills``), else None."""
-    if row.spill_load_bytes_per_iteration is None:
-        return None
-    return row.spill_bytes
 
 
 def add_problem_args(parser: argparse.ArgumentParser, schedule: bool = True) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.prediction import l2_bytes
 from simulator.sim import Simulation
 from simulator.sim.l2 import MISS, WRITEBACK
 from simulator.sim.record import KernelRun
@@ -47,13 +48,6 @@ def utilization(run: KernelRun, sim: Simulation, entry: dict) -> dict[str, float
             "smem": float(busy[3]),
             "sm_slots": float(slot_time / (hw.sm_count * run.ctas_per_sm * t)),
         }
-
-
-def l2_bytes(moved: dict) -> int:
-    """The bytes that cross L2 from a prediction's ``bytes``: the tiles' (global) and the
-    spills' that miss L1 (local, ``simulator.spills``)."""
-    return (moved["global_read"] + moved["global_write"] + moved.get("local_read", 0)
-            + moved.get("local_write", 0))
 
 
 def bound_of(util: dict[str, float]) -> str:
