@@ -71,8 +71,9 @@ def run_calibrate_cli(tmp_path, monkeypatch, out_name: str,
     monkeypatch.setattr(predict_mod, "predict", additive_model)
     monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
     out = tmp_path / out_name
+    # --jobs 1: the stand-in model is patched into this process
     code = cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
-                     *options])
+                     "--jobs", "1", *options])
     return code, path, out
 
 
@@ -142,7 +143,7 @@ def test_cli_writes_a_loadable_preset_with_provenance(tmp_path, monkeypatch, cap
     # refitted from the fit: one more header of provenance, the label still said once
     again = tmp_path / "again.toml"
     assert cli.main(["calibrate", str(path), "--hardware", str(out), "--out", str(again),
-                     "--max-evals", "2"]) == 0
+                     "--max-evals", "2", "--jobs", "1"]) == 0
     assert load_hardware(again).display_name == "NVIDIA H200 SXM 141GB (calibrated)"
     assert again.read_text().count("fitted by tilesim calibrate from records:") == 2
     assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out",
@@ -307,7 +308,7 @@ def test_records_the_model_refuses_are_left_out_before_the_fit(tmp_path, monkeyp
     monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
     out = tmp_path / "refused.toml"
     assert cli.main(["calibrate", str(path), "--hardware", "h200-sxm", "--out", str(out),
-                     "--max-evals", "5"]) == 0
+                     "--max-evals", "5", "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     assert err.count("tilesim: warning: left out record") == 2
     assert "2 records the model refuses left out" in out.read_text().split("\nname =")[0]

@@ -137,5 +137,5 @@ def map_tasks(fn: Callable, tasks: Sequence, jobs: int = 1, chunksize: int = 1,
         return collect(fn(task) for task in tasks)
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
         return collect(pool.map(fn, tasks, chunksize=chunksize))

@@ -18,8 +18,8 @@ def add_parser(sub) -> None:
                    help="simulations of the training records at most, the finite-difference "
                         "Jacobian's included (default 200); stopped there, the fit keeps the "
                         "best point it evaluated")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="processes that simulate the training records (default 1)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes that simulate the records (default: the cores)")
     p.add_argument("--max-train-records", type=int, default=None,
                    help="fit on at most this many training records (schedule-balanced)")
     p.add_argument("--train-max-seq", type=int, default=None,
@@ -39,6 +39,7 @@ def run(args) -> int:
     from simulator.cli.common import (
         check_counts,
         check_output_paths,
+        cores,
         print_json,
         progress_lines,
         read_records_or_fail,
@@ -70,7 +71,7 @@ def run(args) -> int:
         records, filled = fill_saying_how(records,
                                           progress_lines("calibrate", "problems compiled"))
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
-                 jobs=args.jobs, max_train_records=args.max_train_records,
+                 jobs=args.jobs or cores(), max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,
                  warn=lambda line: sys.stderr.write(f"tilesim: warning: {line}\n"),
                  progress=lambda line: print(f"tilesim: calibrate: {line}", file=sys.stderr,

@@ -245,6 +245,15 @@ def check_counts(*flags: tuple[str, int | None]) -> None:
             raise ProblemError(f'"{flag}" must be >= 1, got {value}.')
 
 
+def cores() -> int:
+    """The CPU cores this process may use: the default worker count of the commands that
+    spread simulations over processes (``sweep``, ``reconcile``, ``calibrate``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def check_output_paths(*paths: str | Path | None) -> None:
     """``ProblemError`` (one line) unless each given path's directory exists and is writable.
 

@@ -17,9 +17,9 @@ def add_parser(sub) -> None:
     p.add_argument("--save", default=None, metavar="PATH",
                    help="also write the report as JSON to PATH (the tables still print: one "
                         "prediction run gives both)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="processes predicting the records (default 1; naive attention at "
-                        "N = 16k takes 8-110 s per record, by tile size)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes predicting the records (default: the cores; naive "
+                        "attention at N = 16k takes 8-110 s and about 1.1 GB per record)")
     p.add_argument("--match", default=None, metavar="REGEX",
                    help="only the records whose record_id matches REGEX (searched, e.g. "
                         "'fa2-bwd' or 'd128.*causal'; one that starts with '-' as "
@@ -44,6 +44,7 @@ def run(args) -> int:
     from simulator.cli.common import (
         check_counts,
         check_output_paths,
+        cores,
         print_json,
         progress_lines,
         read_records_or_fail,
@@ -67,7 +68,7 @@ def run(args) -> int:
 
         records, filled = fill_saying_how(records,
                                           progress_lines("reconcile", "problems compiled"))
-    report = reconcile(records, hardware=args.hardware, jobs=args.jobs,
+    report = reconcile(records, hardware=args.hardware, jobs=args.jobs or cores(),
                        progress=progress_lines("reconcile", "records predicted"))
     if not report["rows"]:  # before --save: a report of nothing replaces no file
         raise ProblemError(nothing_compared(report))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import sys
 
 from simulator.cli.common import (
@@ -26,6 +25,7 @@ from simulator.cli.common import (
     add_hardware_arg,
     add_problem_args,
     check_counts,
+    cores,
     hardware_from_args,
     print_json,
     problem_from_args,
@@ -269,8 +269,8 @@ def run(args) -> int:
     mode = sweep_mode(problem, args.schedule, legal, args.mode)
     # Each simulation keeps one core busy: workers beyond the cores or the tilings only
     # cost their start.
-    cores = os.cpu_count() or 1
-    jobs = min(args.jobs or cores, cores, len(legal))
+    available = cores()
+    jobs = min(args.jobs or available, available, len(legal))
     results = run_sweep(problem, args.schedule, hw, legal, mode, jobs,
                         progress=sys.stderr.isatty() or not args.json, compiled=compiled)
     if args.plot:
