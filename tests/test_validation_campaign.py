@@ -38,7 +38,7 @@ NCU_HEAD = textwrap.dedent('''\
     if "--query-metrics" in argv:
         for name in ("dram__bytes_read", "dram__bytes_write", "gpu__time_duration",
                      "lts__t_sectors_srcunit_tex_op_read", "lts__t_sector_hit_rate",
-                     "lts__t_sectors_srcunit_tex_op_write"):
+                     "lts__t_sectors_srcunit_tex_op_write", "gpc__cycles_elapsed"):
             print(name + "   synthetic description")
         sys.exit(0)
     if "--help" in argv:
@@ -61,8 +61,8 @@ FAKE_NCU = NCU_HEAD + textwrap.dedent('''\
             continue
         for name in entry.get("kernels", []):
             for m in metrics:
-                unit = {{"gpu": "nsecond", "lts__t_sector_hit_rate.pct": "%"}}.get(
-                    m.split("__")[0] if m.startswith("gpu") else m, "byte")
+                unit = {{"gpu": "nsecond", "gpc": "hz"}}.get(m.split("__")[0]) or (
+                    "%" if m.endswith(".pct") else "byte")
                 value = "1,000" if unit != "%" else "50"
                 print(f'"{{launch}}","1","python","host","{{name}}","1","7",'
                       f'"Command line profiler metrics","{{m}}","{{unit}}","{{value}}"')
@@ -128,6 +128,7 @@ def test_rehearsal_with_fake_ncu(tmp_path, monkeypatch):
         assert c["dram_read_bytes"] == 1000 * n
         assert c["l2_read_bytes"] == 32 * 1000 * n
         assert c["duration_s"] == pytest.approx(1e-6 * n)
+        assert c["sm_clock_hz"] == pytest.approx(1000)  # a rate: the kernels' mean, not their sum
         assert c["smem_bytes"] is None  # the fake listing lacks it: left out, not guessed
         assert [k["name"] for k in c["kernels"]] == rec["kernels"]
     peer = next(r for r in records if r["implementation"] == "sdpa_math")

@@ -24,8 +24,9 @@ def _rows(launch_id: int, kernel: str, metrics: list[tuple[str, str, str]]) -> l
 
 
 def _metrics(dram_read="1,048,576", dram_unit="byte", time="12.5", time_unit="usecond",
-             hit="75.5", rs="65,536", ws="1,024"):
+             hit="75.5", rs="65,536", ws="1,024", clock="1,771,269,524.44", clock_unit="hz"):
     return [("dram__bytes_read.sum", dram_unit, dram_read),
+            ("gpc__cycles_elapsed.avg.per_second", clock_unit, clock),
             ("dram__bytes_write.sum", "byte", "4096"),
             ("gpu__time_duration.sum", time_unit, time),
             ("lts__t_sector_hit_rate.pct", "%", hit),
@@ -42,7 +43,8 @@ CSV = "\n".join([
     *_rows(1, "fa2_fwd", _metrics(dram_read="2.0", dram_unit="Mbyte", time="1.5",
                                   time_unit="msecond")),
     *_rows(2, "fa2_bwd_preprocess", _metrics(rs="100", ws="100", hit="50")),
-    *_rows(3, "fa2_bwd_dkdv", _metrics(rs="300", ws="100", hit="100")),
+    *_rows(3, "fa2_bwd_dkdv", _metrics(rs="300", ws="100", hit="100", time="50",
+                                       clock="1.8", clock_unit="Ghz")),
     *_rows(4, "fa2_bwd_dq", _metrics(rs="0", ws="0", hit="n/a")),
     "==PROF== Disconnected from process 4242",
 ])
@@ -61,6 +63,8 @@ def test_parse_long_format_units_and_separators():
     assert m0["lts__t_sector_hit_rate.pct"] == pytest.approx(75.5)
     assert m1["dram__bytes_read.sum"] == pytest.approx(2e6)
     assert m1["gpu__time_duration.sum"] == pytest.approx(1.5e-3)
+    assert m0["gpc__cycles_elapsed.avg.per_second"] == pytest.approx(1_771_269_524.44)
+    assert launches[3].metrics["gpc__cycles_elapsed.avg.per_second"] == pytest.approx(1.8e9)
     assert launches[4].metrics["lts__t_sector_hit_rate.pct"] is None  # n/a
 
 
@@ -68,7 +72,8 @@ def test_parse_long_format_units_and_separators():
     ("1,234,567", "byte", 1234567.0), ("1234567", "byte", 1234567.0),
     ("1.5", "Gbyte", 1.5e9), ("3", "KiB", 3072.0), ("2", "Msector", 2e6),
     ("250", "nsecond", 250e-9), ("7", "second", 7.0), ("12.5", "%", 12.5),
-    ("n/a", "byte", None), ("1,5", "byte", None),
+    ("n/a", "byte", None), ("1,5", "byte", None), ("1,980,000,000", "hz", 1.98e9),
+    ("1.755", "Ghz", 1.755e9), ("1755", "Mhz", 1.755e9), ("1.8e9", "cycle/second", 1.8e9),
 ])
 def test_parse_value(text, unit, expected):
     value, _ = ncu.parse_value(text, unit)
@@ -118,12 +123,17 @@ def test_counters_totals_and_weighted_hit_rate():
     assert c["dram_write_bytes"] == 3 * 4096
     assert c["l2_read_sectors"] == 400 and c["l2_write_sectors"] == 200
     assert c["l2_read_bytes"] == 400 * 32 and c["l2_write_bytes"] == 200 * 32
-    assert c["duration_s"] == pytest.approx(3 * 12.5e-6)
+    assert c["duration_s"] == pytest.approx(2 * 12.5e-6 + 50e-6)
     assert c["l2_hit_rate_pct"] is None  # one kernel reported n/a
+    # the clock weighted by each kernel's time: two at 1.77 GHz for 12.5 us, one at 1.8 for 50
+    assert c["sm_clock_hz"] == pytest.approx((2 * 12.5 * 1_771_269_524.44 + 50 * 1.8e9) / 75)
+    assert [k["sm_clock_hz"] for k in c["kernels"]] == pytest.approx(
+        [1_771_269_524.44, 1.8e9, 1_771_269_524.44])
     c2 = ncu.counters(ncu.parse_csv(CSV)[2:4])
     # weighted by L2 sectors: (50 * 200 + 100 * 400) / 600
     assert c2["l2_hit_rate_pct"] == pytest.approx((50 * 200 + 100 * 400) / 600)
     assert [k["name"] for k in c2["kernels"]] == ["fa2_bwd_preprocess", "fa2_bwd_dkdv"]
+    assert ncu.counters(ncu.parse_csv(CSV)[3:4])["sm_clock_hz"] == pytest.approx(1.8e9)
 
 
 def test_usable_metrics_and_command():

@@ -334,6 +334,51 @@ def test_per_kernel_rows_by_hand():
     assert "per kernel" in text and "naive_softmax" in text and "100.0%" in text
 
 
+def test_clock_of_each_kernel_beside_the_models():
+    """SYNTHETIC: ncu's SM clock per kernel (records since 2026-12-06) sits beside the clock
+    the model gives the kernel: the preset's sm_clock_tensor_hz for one with matmuls (tensor
+    FLOPs in the prediction), its sm_clock_hz for the others; the summary splits the two."""
+    from simulator.hardware import load_hardware
+
+    hw = load_hardware("h200-sxm")
+    names = ["naive_qk", "naive_softmax", "naive_pv"]
+    tensor = [1e9, 0, 1e9]
+
+    def kernel_stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+        return {"time_s": 90e-6, "bound": "hbm", "legal": True,
+                "bytes": {"global_read": 6e6, "global_write": 0, "dram_read": 6e6,
+                          "dram_write": 0},
+                "kernels": [{"name": n, "time_s": 30e-6, "flops": {"tensor": f},
+                             "bytes": {"dram_read": 2e6, "dram_write": 0}}
+                            for n, f in zip(names, tensor, strict=True)]}
+
+    recs = []
+    for shape, clocks in ((SHAPE_A, [1.7e9, 1.96e9, 1.8e9]), (SHAPE_B, [1.75e9, None, 1.9e9])):
+        c = counters(6e6, 6e6)
+        c["kernels"] = [{"name": n, "duration_s": 25e-6, "dram_read_bytes": 2e6,
+                         "dram_write_bytes": 0, "sm_clock_hz": hz}
+                        for n, hz in zip(names, clocks, strict=True)]
+        recs.append(record("naive", shape, TILINGS[1], 90e-6, c))
+    report = reconcile(recs, predictor=kernel_stub, model="stub")
+    first = report["rows"][0]["kernels"]
+    assert [k["sm_clock_hz"]["model"] for k in first] == [
+        hw.sm_clock_tensor_hz, hw.sm_clock_hz, hw.sm_clock_tensor_hz]
+    assert [k["sm_clock_hz"]["measured"] for k in first] == [1.7e9, 1.96e9, 1.8e9]
+    clocks = report["summary"]["sm_clock_hz"]
+    assert clocks["matmul"] == {"n": 4, "median": pytest.approx(1.775e9), "min": 1.7e9,
+                                "max": 1.9e9, "model": [hw.sm_clock_tensor_hz]}
+    assert clocks["other"] == {"n": 1, "median": 1.96e9, "min": 1.96e9, "max": 1.96e9,
+                               "model": [hw.sm_clock_hz]}
+    line = next(x for x in target_lines(report) if x.startswith("SM clock (ncu):"))
+    assert "kernels with matmuls median 1.775 GHz over 4 (1.700-1.900; model 1.789)" in line
+    assert "the others median 1.960 GHz over 1 (1.960-1.960; model 1.980)" in line
+    # records without clocks (those before 2026-12-06) print no such line
+    older = [record("naive", SHAPE_A, TILINGS[1], 90e-6, counters(6e6, 6e6))]
+    report = reconcile(older, predictor=kernel_stub, model="stub")
+    assert report["summary"]["sm_clock_hz"]["matmul"]["n"] == 0
+    assert not any(x.startswith("SM clock") for x in target_lines(report))
+
+
 def test_kernel_errors_by_tiling_over_the_shapes():
     """SYNTHETIC: one kernel predicted 10 us after its launch overhead on every config; ncu
     measured 8 and 12.5 us for one tiling on two shapes (+25% and -20%), 20 us for another

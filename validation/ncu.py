@@ -37,12 +37,19 @@ METRICS = {
     "lts__t_sector_hit_rate.pct": "l2_hit_rate_pct",
     "sm__sass_data_bytes_mem_shared.sum": "smem_bytes",
     "gpu__time_duration.sum": "duration_s",
+    # the SMs' clock during the launch (they are in the GPC clock domain): the clock a
+    # preset's sm_clock_hz and sm_clock_tensor_hz stand for, read on every kernel
+    "gpc__cycles_elapsed.avg.per_second": "sm_clock_hz",
 }
+# Per-launch rates: a call's value is their mean weighted by what each launch moved or
+# lasted, not their sum.
+RATES = ("l2_hit_rate_pct", "sm_clock_hz")
 KERNEL_FILTER = "regex:^(fa2_|fa1_|naive_|decode_)"
 L2_SECTOR_BYTES = 32  # Hopper L2 sectors (CUDA C++ Best Practices Guide)
 LOOKAHEAD = 4  # launches skipped at most to re-align after an unexpected one
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 1024.0, "Mi": 1024.0**2, "Gi": 1024.0**3, "Ti": 1024.0**4}
+_FREQUENCY = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 _TIME = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "ns": 1e-9,
          "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d*)?$")
@@ -126,6 +133,10 @@ def parse_value(text: str, unit: str) -> tuple[float | None, str]:
         return None, unit
     if unit in _TIME:
         return value * _TIME[unit], "second"
+    if unit.lower() in _FREQUENCY:  # ncu writes "hz", scaled "Mhz" or "Ghz"
+        return value * _FREQUENCY[unit.lower()], "hz"
+    if unit.endswith("/second") and unit[: -len("/second")] == "cycle":
+        return value, "hz"
     for base in ("byte", "sector", "cycle", "inst", "request"):
         if unit.endswith(base) and unit[: -len(base)] in _PREFIX:
             return value * _PREFIX[unit[: -len(base)]], base
@@ -222,20 +233,29 @@ def counters(launches: list[ProfiledLaunch]) -> dict:
         values = [k[key] for k in per_kernel]
         return None if any(v is None for v in values) else sum(values)
 
-    out = {key: total(key) for key in METRICS.values() if key != "l2_hit_rate_pct"}
+    out = {key: total(key) for key in METRICS.values() if key not in RATES}
     for side in ("read", "write"):
         sectors = out.get(f"l2_{side}_sectors")
         out[f"l2_{side}_bytes"] = None if sectors is None else sectors * L2_SECTOR_BYTES
-    weights = [(k["l2_read_sectors"] or 0) + (k["l2_write_sectors"] or 0) for k in per_kernel]
-    rates = [k["l2_hit_rate_pct"] for k in per_kernel]
-    if None in rates or sum(weights) == 0:
-        out["l2_hit_rate_pct"] = rates[0] if len(rates) == 1 else None
-    else:  # weighted by each kernel's L2 sectors from the SMs
-        out["l2_hit_rate_pct"] = sum(r * w for r, w in zip(rates, weights, strict=True)) / sum(
-            weights)
+    # the hit rate weighted by each kernel's L2 sectors from the SMs, the clock by its time
+    out["l2_hit_rate_pct"] = _weighted_mean(
+        [k["l2_hit_rate_pct"] for k in per_kernel],
+        [(k["l2_read_sectors"] or 0) + (k["l2_write_sectors"] or 0) for k in per_kernel])
+    out["sm_clock_hz"] = _weighted_mean([k["sm_clock_hz"] for k in per_kernel],
+                                        [k["duration_s"] or 0 for k in per_kernel])
     out["kernels"] = per_kernel
     out["source"] = "ncu --cache-control all --clock-control none"
     return out
+
+
+def _weighted_mean(values: list, weights: list) -> float | None:
+    """The mean of per-kernel ``values`` weighted by ``weights``; a single kernel's own value;
+    None where a value is missing or nothing weighs."""
+    if len(values) == 1:
+        return values[0]
+    if None in values or sum(weights) == 0:
+        return None
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
 
 def attach(records: list[dict], matched: dict, missing: dict, default_reason: str) -> int:

@@ -181,9 +181,13 @@ def _errors(predicted: dict, measured: dict, metrics: tuple[str, ...]) -> dict:
                 if predicted[m] is not None and measured[m] else None) for m in metrics}
 
 
-def _kernel_rows(rec: dict, pred: dict, launch_s: float) -> list[dict]:
+def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
     """Each profiled kernel against the prediction's kernel of the same name and place;
-    none if the record has no per-kernel counters or its kernels are not the prediction's."""
+    none if the record has no per-kernel counters or its kernels are not the prediction's.
+    Each row also has the SMs' clock the kernel ran at (ncu, records since 2026-12-06)
+    beside the one the model gave it (``Hardware.at_tensor_clock`` for a kernel with
+    matmuls)."""
+    launch_s = hw.kernel_launch_overhead_s
     measured = (rec.get("counters") or {}).get("kernels") or []
     predicted = pred.get("kernels") or []
     if not measured or [k["name"] for k in measured] != [k.get("name") for k in predicted]:
@@ -196,9 +200,31 @@ def _kernel_rows(rec: dict, pred: dict, launch_s: float) -> list[dict]:
                 "dram": _sum(b.get("dram_read"), b.get("dram_write"))}
         theirs = {"time": m.get("duration_s"),
                   "dram": _sum(m.get("dram_read_bytes"), m.get("dram_write_bytes"))}
+        matmul = bool((p.get("flops") or {}).get("tensor"))
+        clock = {"measured": m.get("sm_clock_hz"), "matmul": matmul,
+                 "model": (hw.at_tensor_clock() if matmul else hw).sm_clock_hz}
         rows.append({"name": m["name"], "predicted": mine, "measured": theirs,
-                     "error_pct": _errors(mine, theirs, KERNEL_METRICS)})
+                     "error_pct": _errors(mine, theirs, KERNEL_METRICS), "sm_clock_hz": clock})
     return rows
+
+
+def clock_summary(rows: list[dict]) -> dict:
+    """The SMs' clock the kernels ran at (ncu's GPC cycles per second), for the kernels with
+    matmuls and the others, beside the clock the model gives them: per group n, median,
+    min, max and the model's clocks (Hz; n 0 where the records do not say)."""
+    groups = {"matmul": ([], set()), "other": ([], set())}
+    for r in rows:
+        for k in r["kernels"]:
+            clock = k.get("sm_clock_hz") or {}
+            if clock.get("measured"):
+                values, model = groups["matmul" if clock["matmul"] else "other"]
+                values.append(clock["measured"])
+                model.add(clock["model"])
+    return {name: {"n": len(values),
+                   "median": statistics.median(values) if values else None,
+                   "min": min(values, default=None), "max": max(values, default=None),
+                   "model": sorted(model)}
+            for name, (values, model) in groups.items()}
 
 
 def operand_demand(rec: dict) -> float | None:
@@ -333,8 +359,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "head_dim": rec["problem"]["head_dim"],
                      "measured": measured, "predicted": predicted,
                      "error_pct": _errors(predicted, measured, METRICS),
-                     "kernels": _kernel_rows(rec, pred,
-                                             hw_cache[name].kernel_launch_overhead_s),
+                     "kernels": _kernel_rows(rec, pred, hw_cache[name]),
                      "launch_gap_s": _launch_gap_s(rec),
                      "spread_pct": spread_pct(rec),
                      "operand_demand": operand_demand(rec),
@@ -371,6 +396,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                                           "regret_mean_pct", "regret_max_pct")},
             "ranking": rank,
             "by_operand_demand": by_operand_demand(rows),
+            "sm_clock_hz": clock_summary(rows),
             "timing_spread": timing_spread(rows),
             "occupancy_from": {source: sum(r["occupancy_from"] == source for r in rows)
                                for source in ("compiled", "estimated", "mixed")},

@@ -199,6 +199,16 @@ def target_lines(report: dict) -> list[str]:
                      f"{fmt_time(gap['median'])} per kernel over {gap['n']} records "
                      f"(preset kernel_launch_overhead_s: {assumed})"
                      + (f"; per group: {groups}" if groups else ""))
+    clocks = summ.get("sm_clock_hz") or {}
+    if any(group["n"] for group in clocks.values()):
+        parts = []
+        for name, label in (("matmul", "kernels with matmuls"), ("other", "the others")):
+            g = clocks[name]
+            if g["n"]:
+                model = "/".join(f"{hz / 1e9:.3f}" for hz in g["model"])
+                parts.append(f"{label} median {g['median'] / 1e9:.3f} GHz over {g['n']} "
+                             f"({g['min'] / 1e9:.3f}-{g['max'] / 1e9:.3f}; model {model})")
+        lines.append("SM clock (ncu): " + ", ".join(parts))
     for item in report["unpredicted"]:
         lines.append(f"note: {item['record_id']} not predicted: {item['reason']}")
     if report["duplicates_dropped"]:

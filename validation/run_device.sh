@@ -61,7 +61,7 @@ fi
     ncu --help 2>&1 | grep -E -- '--(print-units|clock-control|cache-control|target-processes)' \
         || echo "(none found)"
     echo "# ncu --query-metrics --chip gh100 (the metrics the run asks for)"
-    ncu --query-metrics --chip gh100 2>&1 | grep -E '^(dram__bytes_(read|write)|lts__t_sectors_srcunit_tex_op_(read|write)|lts__t_sector_hit_rate|sm__sass_data_bytes_mem_shared|gpu__time_duration) ' \
+    ncu --query-metrics --chip gh100 2>&1 | grep -E '^(dram__bytes_(read|write)|lts__t_sectors_srcunit_tex_op_(read|write)|lts__t_sector_hit_rate|sm__sass_data_bytes_mem_shared|gpu__time_duration|gpc__cycles_elapsed) ' \
         || echo "(no metric listing)"
     # the L2 request coalescer's metrics, if the chip has one: their names, for a later
     # run to count (the non-causal tiles' L2 reads fall short of the model's; BENCHMARKS.md)
