@@ -20,8 +20,9 @@ from traces.tiling import Tiling
 
 # A small problem keeps the page fast (every number is a simulation, naive attention the
 # slow one); the tiling and blocks are spelled out so that the commands run below see exactly
-# what the report saw.
-H, N, D = 2, 1024, 64
+# what the report saw. Four heads: with two, FlashAttention-2's 16 CTAs leave most SMs idle
+# and naive attention's three kernels, which fill them, come out ahead.
+H, N, D = 4, 1024, 64
 PROBLEM = ["--hardware", "h100-sxm5", "--batch", "1", "--heads", str(H), "--seq", str(N),
            "--head-dim", str(D), "--dtype", "bf16"]
 TILING = ["--block-m", "128", "--block-n", "64"]

@@ -80,8 +80,10 @@ ALIGNED = [
 
 def _timed_work(kernel, prog, tiling, dtype):
     """Tensor FLOPs, exps, other FLOPs and shared-memory operand bytes the simulator times,
-    from its unit seconds."""
-    rates = sm_rates(HW, dtype, uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
+    from its unit seconds, at the clock the kernel runs (a kernel with matmuls at the
+    preset's tensor clock)."""
+    hw = HW.at_tensor_clock() if kernel.dots else HW
+    rates = sm_rates(hw, dtype, uses_wgmma(HW, kernel.mma_rows, tiling.num_warps))
     return prog.totals()["unit_s"].sum(axis=1) * rates
 
 

@@ -201,6 +201,44 @@ def test_a_config_the_model_refuses_is_listed_not_fatal():
     assert "SRAM" in report["unpredicted"][0]["reason"]
 
 
+def test_records_of_two_gpus_are_ranked_and_summarised_apart():
+    """SYNTHETIC: the same configs measured on an H200 and on an H100 (twice as slow) are
+    predicted on each GPU's preset; a shape's tilings are ranked within one GPU (pooled,
+    each tiling would sit twice in its ranking) and the summary has each GPU's own row."""
+    from synthetic_records import SYNTHETIC_ENV
+
+    h200 = synthetic_records()
+    h100 = [dict(r, environment=dict(SYNTHETIC_ENV, gpu_name="NVIDIA H100 80GB HBM3"),
+                 timing=dict(r["timing"], median_s=2 * r["timing"]["median_s"]))
+            for r in synthetic_records()]
+    seen = []
+
+    def by_gpu(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+        seen.append(hw.name)
+        return stub(problem, tiling, schedule, hw)
+
+    report = reconcile(h200 + h100, predictor=by_gpu, model="stub")
+    assert sorted(set(seen)) == report["hardware"] == ["h100-sxm5", "h200-sxm"]
+    assert len(report["shapes"]) == 4 and all(s["n_tilings"] == 3 for s in report["shapes"])
+    # the stub ranks each shape's tilings as on the H200 alone, on both GPUs
+    alone = {s["shape"]: s["spearman"] for s in reconcile(h200, predictor=stub,
+                                                          model="stub")["shapes"]}
+    for s in report["shapes"]:
+        assert s["spearman"] == alone[s["shape"].split(" ", 1)[1]]
+        assert s["shape"].startswith(s["hardware"] + " ")
+    per_hw = report["summary"]["per_hardware"]
+    assert per_hw["h200-sxm"]["time"]["n"] == per_hw["h100-sxm5"]["time"]["n"] == 6
+    # measured twice as long on the H100, the same predictions: errors of (p - 2m) / 2m
+    errors = []
+    for r in h100:
+        pred_ms, meas_ms = TIMES[(r["problem"]["seq_q"], r["tiling"]["block_m"])]
+        errors.append(100 * (pred_ms / (2 * meas_ms) - 1))
+    assert per_hw["h100-sxm5"]["time"]["mape_pct"] == pytest.approx(
+        sum(map(abs, errors)) / len(errors))
+    assert set(report["summary"]["per_group"]) == {"h100-sxm5 fa2 fwd", "h200-sxm fa2 fwd"}
+    assert any(line.startswith("note: records of 2 GPUs") for line in target_lines(report))
+
+
 def test_preset_mapping():
     assert preset_for("NVIDIA H200") == "h200-sxm"
     assert preset_for("NVIDIA H100 80GB HBM3") == "h100-sxm5"

@@ -367,6 +367,10 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "bound": pred.get("bound"),
                      "occupancy_from": _occupancy_from(pred),
                      "synthetic": bool(rec.get("synthetic"))})
+    if len(hw_cache) > 1:  # records of several GPUs: their groups and shapes kept apart
+        for r in rows:
+            r["group"], r["shape"] = (f"{r['hardware']} {r['group']}",
+                                      f"{r['hardware']} {r['shape']}")
     groups, kernels = defaultdict(list), defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r)
@@ -386,6 +390,8 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
         "summary": {
             "overall": overall,
             "per_group": {g: _summary(rs) for g, rs in sorted(groups.items())},
+            "per_hardware": {name: _summary([r for r in rows if r["hardware"] == name])
+                             for name in sorted(hw_cache)},
             "per_kernel": {k: _summary(ks, KERNEL_METRICS) for k, ks in sorted(kernels.items())},
             "per_kernel_tiling": by_kernel_and_tiling(rows),
             "launch_gap_s": {

@@ -50,7 +50,10 @@ def tables(report: dict, per_config: bool = True) -> list:
                 "L2 max"):
         s.add_column(col, justify="left" if col == "group" else "right")
     summ = report["summary"]
-    for name, g in [*summ["per_group"].items(), ("overall", summ["overall"])]:
+    per_hardware = summ.get("per_hardware") or {}
+    overall = [(f"{name} overall", g) for name, g in per_hardware.items()
+               ] if len(per_hardware) > 1 else []
+    for name, g in [*summ["per_group"].items(), *overall, ("overall", summ["overall"])]:
         s.add_row(name, str(max(g[m]["n"] for m in ("time", "dram", "l2"))),
                   _abs_pct(g["time"]["mape_pct"]), _abs_pct(g["time"]["max_pct"]),
                   _abs_pct(g["dram"]["mape_pct"]), _abs_pct(g["dram"]["max_pct"]),
@@ -140,6 +143,10 @@ def target_lines(report: dict) -> list[str]:
     selected = selection_line(report)
     lines = [selected] if selected else []
     summ = report["summary"]
+    if len(report.get("hardware") or ()) > 1:
+        lines.append(f"note: records of {len(report['hardware'])} GPUs "
+                     f"({', '.join(report['hardware'])}), each predicted on its preset: the "
+                     "targets below pool them (the summary has each GPU's own row)")
     for key, t in summ["targets"].items():
         verdict = {None: "no data", True: "met", False: "NOT met"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.3g}"
