@@ -190,5 +190,13 @@ def test_compare_shows_the_spills_of_the_tables_compile(capsys):
     assert fa2["local_write"] == 116 * 128 * 16 * 128
     assert 0 < fa2["local_read"] < 256 * 128 * 16 * 128
     assert main(argv) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert "spills through L2 read" in out and "spills through L2 write" in out
+    # and says whose bytes those are, and where to look for a tiling without them
+    assert ("fa2: fa2_fwd at this tiling compiles to 255 registers a thread and spills "
+            "372 bytes a thread every iteration") in out
+    assert "tilesim sweep --schedule fa2" in out and "naive:" not in out
+    # with 8 warps the same tile fits in registers: no note
+    assert main([*argv[:-1], "8"]) == 0
+    out = capsys.readouterr().out
+    assert "spills through L2" not in out and "every iteration" not in out
