@@ -19,6 +19,12 @@
 #      the simulator — the frozen plan means the matrix itself does not.)
 #   3. check the plan and its time estimate: tilesim validate --matrix default --dry-run
 # Then the call:   run(command="bash validation/run_device.sh", carry=[".whl"], timeout_s=480)
+# Any Hopper the tool lends will do (a plain run asks for an H100 first, then an H200): the
+# plan is the same, env.txt says which GPU ran it; commit the records as
+# validation/records/<gpu>-default-<date>.jsonl (h100-... or h200-...), and reconcile picks
+# the GPU's preset from the records (h100-sxm5 takes the chip's numbers from the H200
+# records: the H100's are the first test of that transfer; their SM clocks, read by ncu,
+# check it).
 #
 # Environment: OUT (required; the tool sets it), MATRIX (default|quick|mlp|plan.json, default
 # "default"), BUDGET_S (seconds for everything, default 450), DRY_RUN=1 (CPU rehearsal:
