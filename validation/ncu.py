@@ -135,7 +135,7 @@ def parse_value(text: str, unit: str) -> tuple[float | None, str]:
         return value * _TIME[unit], "second"
     if unit.lower() in _FREQUENCY:  # ncu writes "hz", scaled "Mhz" or "Ghz"
         return value * _FREQUENCY[unit.lower()], "hz"
-    if unit.endswith("/second") and unit[: -len("/second")] == "cycle":
+    if unit == "cycle/second":
         return value, "hz"
     for base in ("byte", "sector", "cycle", "inst", "request"):
         if unit.endswith(base) and unit[: -len(base)] in _PREFIX:
