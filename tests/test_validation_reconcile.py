@@ -237,6 +237,15 @@ def test_records_of_two_gpus_are_ranked_and_summarised_apart():
         sum(map(abs, errors)) / len(errors))
     assert set(report["summary"]["per_group"]) == {"h100-sxm5 fa2 fwd", "h200-sxm fa2 fwd"}
     assert any(line.startswith("note: records of 2 GPUs") for line in target_lines(report))
+    # one preset for both (--hardware): still ranked within each GPU
+    forced = reconcile(h200 + h100, hardware="h200-sxm", predictor=stub, model="stub")
+    assert forced["hardware"] == ["h200-sxm"]
+    assert len(forced["shapes"]) == 4 and all(s["n_tilings"] == 3 for s in forced["shapes"])
+    assert {s["shape"].split(" fa2")[0] for s in forced["shapes"]} == {
+        "h200-sxm (NVIDIA H100 80GB HBM3)", "h200-sxm (NVIDIA H200 (SYNTHETIC test fixture))"}
+    # one GPU: labels as they were
+    assert not reconcile(h200, predictor=stub, model="stub")["shapes"][0]["shape"].startswith(
+        "h200-sxm")
 
 
 def test_preset_mapping():

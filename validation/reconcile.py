@@ -366,11 +366,9 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
                      "operand_limit": _operand_limit(hw_cache[name], rec["problem"]["dtype"]),
                      "bound": pred.get("bound"),
                      "occupancy_from": _occupancy_from(pred),
+                     "gpu": rec["environment"].get("gpu_name"),
                      "synthetic": bool(rec.get("synthetic"))})
-    if len(hw_cache) > 1:  # records of several GPUs: their groups and shapes kept apart
-        for r in rows:
-            r["group"], r["shape"] = (f"{r['hardware']} {r['group']}",
-                                      f"{r['hardware']} {r['shape']}")
+    _keep_gpus_apart(rows)
     groups, kernels = defaultdict(list), defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r)
@@ -413,6 +411,19 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
     }
     report["summary"]["targets"] = targets_met(report["summary"])
     return report
+
+
+def _keep_gpus_apart(rows: list[dict]) -> None:
+    """Records of several GPUs: each row's group and shape take its preset's name (or, where
+    one preset serves several GPUs, ``--hardware``, the GPU's too), so that a shape's
+    tilings are ranked, and a group summarised, within one GPU."""
+    gpus = {(r["hardware"], r["gpu"]) for r in rows}
+    if len(gpus) < 2:
+        return
+    one_preset_each = len({hardware for hardware, _ in gpus}) == len(gpus)
+    for r in rows:
+        tag = r["hardware"] if one_preset_each else f"{r['hardware']} ({r['gpu']})"
+        r["group"], r["shape"] = f"{tag} {r['group']}", f"{tag} {r['shape']}"
 
 
 def targets_met(summary: dict) -> dict:

@@ -143,10 +143,12 @@ def target_lines(report: dict) -> list[str]:
     selected = selection_line(report)
     lines = [selected] if selected else []
     summ = report["summary"]
-    if len(report.get("hardware") or ()) > 1:
-        lines.append(f"note: records of {len(report['hardware'])} GPUs "
-                     f"({', '.join(report['hardware'])}), each predicted on its preset: the "
-                     "targets below pool them (the summary has each GPU's own row)")
+    gpus = sorted({str(r.get("gpu")) for r in report["rows"]})
+    if len(gpus) > 1:
+        presets = ", ".join(report["hardware"])
+        lines.append(f"note: records of {len(gpus)} GPUs ({', '.join(gpus)}), predicted on "
+                     f"{presets}: the targets below pool them (each shape's tilings are "
+                     "ranked within one GPU; the summary has a row per preset)")
     for key, t in summ["targets"].items():
         verdict = {None: "no data", True: "met", False: "NOT met"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.3g}"
