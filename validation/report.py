@@ -143,9 +143,9 @@ def target_lines(report: dict) -> list[str]:
     selected = selection_line(report)
     lines = [selected] if selected else []
     summ = report["summary"]
-    gpus = sorted({str(r.get("gpu")) for r in report["rows"]})
+    gpus = sorted({str(r.get("gpu")) for r in report.get("rows") or ()})
     if len(gpus) > 1:
-        presets = ", ".join(report["hardware"])
+        presets = ", ".join(report.get("hardware") or ())
         lines.append(f"note: records of {len(gpus)} GPUs ({', '.join(gpus)}), predicted on "
                      f"{presets}: the targets below pool them (each shape's tilings are "
                      "ranked within one GPU; the summary has a row per preset)")
