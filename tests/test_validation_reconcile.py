@@ -50,7 +50,7 @@ def synthetic_records() -> list[dict]:
 def run_cli(argv, monkeypatch):
     # Only the validation commands: the others are built by other modules in parallel.
     monkeypatch.setattr(cli, "COMMANDS", ["validate", "reconcile", "calibrate"])
-    if not any(arg.startswith("--jobs") for arg in argv):
+    if not any(arg.startswith(("--jobs", "--from-saved")) for arg in argv):
         argv = [*argv, "--jobs", "1"]  # in process: no worker start for a few small records
     return cli.main(argv)
 
@@ -287,6 +287,44 @@ def test_cli_end_to_end_with_stub_json_and_plot(tmp_path, monkeypatch, capsys):
     assert run_cli(["reconcile", str(path), "--save", str(tmp_path / "no" / "r.json")],
                    monkeypatch) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_saved_report_is_shown_again_without_predicting(tmp_path, monkeypatch, capsys):
+    """SYNTHETIC: ``--from-saved`` shows what ``--save`` wrote, the same tables and target
+    lines, its JSON and its plot, and predicts nothing (the model here would refuse every
+    record); a file that is not such a report, or an option of predicting beside it, is one
+    clear error."""
+    path, saved = tmp_path / "synthetic.jsonl", tmp_path / "report.json"
+    write_records(path, synthetic_records())
+    monkeypatch.setattr(predict_mod, "predict", stub)
+    monkeypatch.setattr(predict_mod, "model_name", lambda: "stub")
+    assert run_cli(["reconcile", str(path), "--save", str(saved)], monkeypatch) == 0
+    shown = capsys.readouterr().out.split(f"wrote {saved}")[0]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a saved report is not predicted again")
+
+    monkeypatch.setattr(predict_mod, "predict", refuse)
+    plot = tmp_path / "again.png"
+    assert run_cli(["reconcile", "--from-saved", str(saved), "--plot", str(plot)],
+                   monkeypatch) == 0
+    again = capsys.readouterr().out
+    assert again.split(f"wrote {plot}")[0] == shown
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run_cli(["reconcile", "--from-saved", str(saved), "--json"], monkeypatch) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(saved.read_text())
+    bad = tmp_path / "bad.json"
+    for text, says in (("{not json", "is not JSON"), ('{"schema": "other"}', "not a saved"),
+                       ('{"schema": "tilesim.reconcile/1"}', "lacks model")):
+        bad.write_text(text)
+        assert run_cli(["reconcile", "--from-saved", str(bad)], monkeypatch) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and err.count("\n") == 1
+    for extra in ([str(path)], ["--jobs", "2"], ["--match", "m64"], ["--save", str(bad)]):
+        assert run_cli(["reconcile", "--from-saved", str(saved), *extra], monkeypatch) == 2
+        assert "only apply when predicting" in capsys.readouterr().err
+    assert run_cli(["reconcile"], monkeypatch) == 2
+    assert "needs records files, or --from-saved" in capsys.readouterr().err
 
 
 def test_cli_with_the_real_model(tmp_path, monkeypatch, capsys):

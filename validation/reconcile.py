@@ -426,6 +426,36 @@ def _keep_gpus_apart(rows: list[dict]) -> None:
         r["group"], r["shape"] = f"{tag} {r['group']}", f"{tag} {r['shape']}"
 
 
+# What a saved report must hold for ``tilesim reconcile --from-saved`` to show it again.
+SAVED_KEYS = ("model", "hardware", "synthetic", "rows", "peers", "shapes", "summary",
+              "unpredicted", "duplicates_dropped")
+
+
+def load_saved_report(path) -> dict:
+    """A report ``tilesim reconcile --save`` wrote, read back to be shown again (its tables,
+    its targets, its plot) without predicting anything; ``ProblemError`` (one line) for a
+    file that is missing, not JSON, or not such a report."""
+    import json
+    from pathlib import Path
+
+    try:
+        report = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ProblemError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProblemError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
+        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
+        raise ProblemError(f"{path} is not a saved reconcile report (schema "
+                           f"{REPORT_SCHEMA!r} expected, found {found!r})")
+    missing = [key for key in SAVED_KEYS if key not in report]
+    if missing:
+        raise ProblemError(f"{path}: the saved report lacks {', '.join(missing)}")
+    if not isinstance(report["rows"], list) or not isinstance(report["summary"], dict):
+        raise ProblemError(f"{path}: the saved report's rows or summary are malformed")
+    return report
+
+
 def targets_met(summary: dict) -> dict:
     """Each target of the issue: (value, target, met) — met is None without data."""
     o = summary["overall"]

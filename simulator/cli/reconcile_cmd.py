@@ -7,7 +7,10 @@ import json
 
 def add_parser(sub) -> None:
     p = sub.add_parser("reconcile", help="compare measurement records with predictions")
-    p.add_argument("records", nargs="+", help="records files (JSON Lines, tilesim.record/1)")
+    p.add_argument("records", nargs="*", help="records files (JSON Lines, tilesim.record/1)")
+    p.add_argument("--from-saved", default=None, metavar="REPORT",
+                   help="show a report that --save wrote (its tables, targets, --plot, "
+                        "--json) instead of predicting records again")
     p.add_argument("--hardware", default=None,
                    help="preset or .toml for every record (default: from each record's GPU)")
     p.add_argument("--plot", default=None,
@@ -45,14 +48,12 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         cores,
-        print_json,
         progress_lines,
         read_records_or_fail,
         write_atomically,
     )
     from simulator.explain.common import check_plot_path
     from traces.problem import ProblemError
-    from validation import report as rp
     from validation.reconcile import nothing_compared, reconcile
     from validation.selection import compile_match, select_records
 
@@ -60,6 +61,10 @@ def run(args) -> int:
     pattern = compile_match(args.match)
     check_plot_path(args.plot)
     check_output_paths(args.save)
+    if args.from_saved is not None:
+        return _show(_saved(args), args)
+    if not args.records:
+        raise ProblemError("reconcile needs records files, or --from-saved REPORT")
     records, errors = read_records_or_fail(args.records)
     records, selection = select_records(records, pattern, args.max_seq)
     filled = None
@@ -76,16 +81,39 @@ def run(args) -> int:
     report["loop_facts_filled"] = None if filled is None else filled["records"]
     report["loop_facts_compilers"] = filled
     report["selection"] = selection
-    if args.plot:
-        rp.plot(report, args.plot)
     if args.save:
         text = json.dumps(report, indent=1) + "\n"
         write_atomically(args.save, lambda tmp: tmp.write_text(text))
+    return _show(report, args)
+
+
+def _saved(args) -> dict:
+    """The report ``--from-saved`` names; ``ProblemError`` if records or an option that
+    only predicting uses come with it."""
+    from traces.problem import ProblemError
+    from validation.reconcile import load_saved_report
+
+    given = [flag for flag, value in (("records files", args.records),
+                                      ("--hardware", args.hardware), ("--jobs", args.jobs),
+                                      ("--match", args.match), ("--max-seq", args.max_seq),
+                                      ("--fill-loop-facts", args.fill_loop_facts),
+                                      ("--save", args.save)) if value]
+    if given:
+        raise ProblemError(f"--from-saved shows a saved report as it was: {', '.join(given)} "
+                           "only apply when predicting records")
+    return load_saved_report(args.from_saved)
+
+
+def _show(report: dict, args) -> int:
+    """The report as tables and target lines (or ``--json``), and its ``--plot``."""
+    from simulator.cli.common import output_console, print_json
+    from validation import report as rp
+
+    if args.plot:
+        rp.plot(report, args.plot)
     if args.json:
         print_json(report)
         return 0
-    from simulator.cli.common import output_console
-
     console = output_console()
     for table in rp.tables(report, per_config=not args.summary_only):
         console.print(table)
