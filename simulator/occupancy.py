@@ -2,6 +2,9 @@
 
 Residency is the minimum over four limits: shared memory (the schedule's SRAM per CTA plus
 a small reserve the driver keeps per CTA), registers, threads and the hardware's CTA cap.
+Where no compile says what shared memory a kernel takes, an attention forward loop on
+sm_90 (FA2's forward, decode's split) takes what Triton allocates for it
+(``triton_forward_shared_bytes``), the rest the schedule's SRAM.
 Registers are estimated from the tiling unless the compiled kernel's count is given
 (``CompiledResources``: from ``kernels resources`` or a device run's ``kernel_facts``): an
 attention CTA keeps its fp32 accumulator (``block_m x head_dim``), its score tile
@@ -17,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from simulator.hardware import Hardware
-from traces.schedules.base import Kernel
+from traces.schedules.base import LOAD, Access, Kernel
 from traces.tiling import Tiling
 
 SMEM_RESERVED_PER_CTA_BYTES = 1024  # CUDA reserves 1 KB of shared memory per block (sm_80+)
@@ -107,11 +110,61 @@ def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int
     return min(rounded, cap)
 
 
+def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) -> int | None:
+    """The shared memory Triton (3.6.0, the H200 records' compiler) gives an attention
+    forward loop on sm_90; None for another kernel or architecture.
+
+    The loop is FA2's forward and decode's split: one tile loaded before it (Q), two per
+    iteration (K and V), the scores' matmul, then P times V. Read off their compiles:
+    the tile loaded before the loop stays (its rows padded to the matmul's); with two or
+    more stages a wgmma kernel keeps ``num_stages`` buffers of each tile loaded in the loop
+    and an mma.sync kernel ``num_stages - 1``, plus P, which it passes through shared
+    memory to the second matmul (wgmma takes it from registers); with one stage, one
+    buffer of the larger tile. It is every one of the 2,000 FA2 forward compiles of
+    tilesim's table (``kernels/table.py``: d = 64 and 128, bf16 and fp16, causal or not,
+    the sweep's 250 tilings) and of 80 compiles of decode's split (d = 64 and 128,
+    block_n 16 to 256, 1 to 4 stages, 4 and 8 warps), byte for byte
+    (``tests/test_occupancy_triton_smem.py``). The schedules' SRAM (``num_stages``
+    buffers of each tile) is the wgmma kernel's at two stages or more, and up to twice
+    the mma.sync kernel's. On sm_80 Triton lays it out otherwise (16 KB less for 64 x 64
+    at two stages): the rule is not taken there.
+    """
+    from simulator.sim.compute import uses_wgmma
+
+    pre = [a for a in kernel.pre if isinstance(a, Access) and a.kind == LOAD
+           and a.tile_cols > 1]
+    loop = [a for a in kernel.loop if isinstance(a, Access) and a.kind == LOAD
+            and a.tile_cols > 1]
+    forward = ([d.a for d in kernel.dots] == ["smem", "result"] and len(pre) == 1
+               and len(loop) == 2)
+    if hw.compute_capability != 90 or not forward:
+        return None
+
+    def nbytes(access: Access, rows: int) -> int:
+        return rows * access.tile_cols * kernel.tensors[access.tensor].elem_bytes
+
+    wgmma = uses_wgmma(hw, kernel.mma_rows, tiling.num_warps)
+    total = sum(nbytes(a, max(a.tile_rows, kernel.mma_rows)) for a in pre)
+    tiles = [nbytes(a, a.tile_rows) for a in loop]
+    if tiling.num_stages < 2:
+        total += max(tiles)
+    else:
+        total += sum(tiles) * (tiling.num_stages if wgmma else tiling.num_stages - 1)
+    if not wgmma:  # P, [rows, block_n], in the operands' type (V's)
+        p_v = kernel.dots[1]
+        total += p_v.m * p_v.k * kernel.tensors[loop[1].tensor].elem_bytes
+    return total
+
+
 def residency(kernel: Kernel, tiling: Tiling, head_dim: int, hw: Hardware,
               registers_per_thread: int | None = None,
               smem_bytes: int | None = None) -> Residency:
     """CTAs of ``kernel`` resident per SM; 0 when one CTA does not fit."""
-    smem = kernel.sram_bytes if smem_bytes is None else smem_bytes
+    smem = smem_bytes
+    if smem is None:
+        smem = triton_forward_shared_bytes(kernel, tiling, hw)
+    if smem is None:
+        smem = kernel.sram_bytes
     given = CompiledResources(registers_per_thread, smem_bytes)  # decides what 0 means
     regs = given.registers_per_thread
     if regs is None:

@@ -1,0 +1,108 @@
+"""The shared memory an attention forward loop takes where no compile says
+(``simulator.occupancy.triton_forward_shared_bytes``), against Triton's own compiles: every
+FA2 forward row of tilesim's table (Triton 3.6.0, no Triton needed here), and fresh
+compiles of decode's split and of FA2's forward with the Triton installed (the rule held
+under 3.6.0 and 3.9.0 alike)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from kernels import resources, table
+from simulator.hardware import load_hardware
+from simulator.occupancy import kernel_residency, triton_forward_shared_bytes
+from simulator.sim.compute import uses_wgmma
+from traces.problem import AttentionProblem
+from traces.schedules import build_schedule
+from traces.tiling import Tiling
+
+H200 = load_hardware("h200-sxm")
+DECODE = AttentionProblem(16, 32, 1, 128, seq_kv=16384, kv_heads=8)
+
+
+def _kernel(problem, tiling, schedule):
+    return build_schedule(problem, tiling, schedule).kernels[0]
+
+
+def test_every_fa2_forward_compile_of_the_table():
+    """2,000 compiles: d 64 and 128, bf16 and fp16, causal or not, the sweep's tilings."""
+    if not table.current():
+        pytest.fail("the table of compiles is stale: python -m kernels.table build")
+    compared = 0
+    for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"), (False, True)):
+        problem = AttentionProblem(4, 16, 4096, d, dtype=dtype, causal=causal)
+        for tiling in table.sweep_space():
+            row = table.problem_rows(problem, tiling, ["fa2_fwd"]).get("fa2_fwd")
+            if row is None or row.get("shared_bytes") is None:
+                continue
+            kernel = _kernel(problem, tiling, "fa2")
+            assert triton_forward_shared_bytes(kernel, tiling, H200) == row["shared_bytes"], (
+                d, dtype, causal, tiling)
+            compared += 1
+    assert compared == 2000
+
+
+def test_by_hand():
+    """d = 128, bf16. 128 x 64, 2 stages, 4 warps (wgmma): Q 32 KB and two buffers each of K
+    and V, 16 KB a tile. 16 x 64, 3 stages (mma.sync): Q 4 KB, two buffers each of K and V,
+    and P (16 x 64, 2 KB). One stage: Q and one buffer of the larger tile."""
+    problem = AttentionProblem(4, 16, 4096, 128)
+    cases = {Tiling(128, 64, 2, 4): 32768 + 4 * 16384,
+             Tiling(16, 64, 3, 4): 4096 + 4 * 16384 + 2048,
+             Tiling(128, 32, 1, 8): 32768 + 8192}
+    for tiling, expected in cases.items():
+        kernel = _kernel(problem, tiling, "fa2")
+        assert triton_forward_shared_bytes(kernel, tiling, H200) == expected
+    # decode's split: its group tile's 4 rows padded to the matmul's 16
+    tiling = Tiling(16, 128, 2, 4, split_kv=2)
+    split = _kernel(DECODE, tiling, "decode")
+    assert triton_forward_shared_bytes(split, tiling, H200) == (
+        16 * 128 * 2 + 2 * 32768 + 16 * 128 * 2)
+
+
+def test_where_the_rule_is_not_taken():
+    """Other kernels, and other architectures, keep the schedule's SRAM."""
+    tiling = Tiling(64, 64, 2, 4)
+    problem = AttentionProblem(1, 2, 1024, 64, pass_="bwd")
+    for kernel in build_schedule(problem, tiling, "fa2").kernels:
+        assert triton_forward_shared_bytes(kernel, tiling, H200) is None
+    forward = _kernel(AttentionProblem(1, 2, 1024, 64), tiling, "fa2")
+    a100 = load_hardware("a100-sxm4-80gb")
+    assert triton_forward_shared_bytes(forward, tiling, a100) is None
+    assert kernel_residency(forward, tiling, 64, a100).smem_per_cta_bytes == forward.sram_bytes
+
+
+def test_residency_takes_it_and_a_compile_overrides_it():
+    """decode at d = 128, 128-key blocks, 2 stages: 72 KB by the rule (3 CTAs an SM), 129 KB
+    by the schedule (1 CTA); a compile's own number wins over both."""
+    from simulator.occupancy import CompiledResources
+
+    tiling = Tiling(16, 128, 2, 4, split_kv=2)
+    split = _kernel(DECODE, tiling, "decode")
+    res = kernel_residency(split, tiling, 128, H200)
+    assert res.smem_per_cta_bytes == 73728 and split.sram_bytes == 132096
+    assert res.ctas_per_sm == H200.smem_per_sm_bytes // (73728 + 1024) == 3
+    given = {"decode_split": CompiledResources(None, 50000)}
+    assert kernel_residency(split, tiling, 128, H200, given).smem_per_cta_bytes == 50000
+
+
+def test_fresh_compiles_of_decode_and_the_forward():
+    """With the Triton installed: decode's split (d 64 and 128, block_n 32 to 256, 1 to 3
+    stages) and FA2's forward at mma.sync and wgmma tilings."""
+    pytest.importorskip("triton")
+    cases = [("decode", dataclasses.replace(DECODE, head_dim=d), Tiling(16, bn, st, 4, split_kv=4))
+             for d, bn, st in [(64, 32, 1), (64, 256, 2), (128, 64, 3), (128, 128, 2)]]
+    cases += [("fa2", AttentionProblem(4, 16, 4096, 64), t)
+              for t in (Tiling(16, 32, 3, 4), Tiling(64, 64, 1, 8), Tiling(128, 32, 2, 8))]
+    for schedule, problem, tiling in cases:
+        kernel = _kernel(problem, tiling, schedule)
+        (compiled,) = resources.measure([kernel.name], archs=(90,), dtype="bf16",
+                                        head_dim=problem.head_dim, tilings=[tiling],
+                                        **resources.problem_shape(problem))
+        assert compiled.error is None, compiled.error
+        wgmma = uses_wgmma(H200, kernel.mma_rows, tiling.num_warps)
+        assert triton_forward_shared_bytes(kernel, tiling, H200) == compiled.shared_bytes, (
+            schedule, tiling, wgmma)
