@@ -127,7 +127,8 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
     (``tests/test_occupancy_triton_smem.py``). The schedules' SRAM (``num_stages``
     buffers of each tile) is the wgmma kernel's at two stages or more, and up to twice
     the mma.sync kernel's. On sm_80 Triton lays it out otherwise (16 KB less for 64 x 64
-    at two stages): the rule is not taken there.
+    at two stages): the rule is not taken there, nor for fp32 or fp8 tiles, which no
+    compile of ours bears out.
     """
     from simulator.sim.compute import uses_wgmma
 
@@ -137,7 +138,10 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
             and a.tile_cols > 1]
     forward = ([d.a for d in kernel.dots] == ["smem", "result"] and len(pre) == 1
                and len(loop) == 2)
-    if hw.compute_capability != 90 or not forward:
+    # the compiles that bear it out are of bf16 and fp16 kernels (the only ones tilesim's
+    # Triton twins compile): two-byte tiles
+    two_bytes = all(kernel.tensors[a.tensor].elem_bytes == 2 for a in (*pre, *loop))
+    if hw.compute_capability != 90 or not forward or not two_bytes:
         return None
 
     def nbytes(access: Access, rows: int) -> int:

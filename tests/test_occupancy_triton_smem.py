@@ -73,6 +73,9 @@ def test_where_the_rule_is_not_taken():
     a100 = load_hardware("a100-sxm4-80gb")
     assert triton_forward_shared_bytes(forward, tiling, a100) is None
     assert kernel_residency(forward, tiling, 64, a100).smem_per_cta_bytes == forward.sram_bytes
+    for dtype in ("fp32", "fp8"):  # no compile of ours bears the rule out for them
+        other = _kernel(AttentionProblem(1, 2, 1024, 64, dtype=dtype), tiling, "fa2")
+        assert triton_forward_shared_bytes(other, tiling, H200) is None
 
 
 def test_residency_takes_it_and_a_compile_overrides_it():
