@@ -184,9 +184,9 @@ def _errors(predicted: dict, measured: dict, metrics: tuple[str, ...]) -> dict:
 def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
     """Each profiled kernel against the prediction's kernel of the same name and place;
     none if the record has no per-kernel counters or its kernels are not the prediction's.
-    Each row also has the SMs' clock the kernel ran at (ncu, records since 2026-12-06)
-    beside the one the model gave it (``Hardware.at_tensor_clock`` for a kernel with
-    matmuls)."""
+    Each row also has the SMs' clock the kernel ran at (ncu, in records the runner made
+    since 2026-12-06) beside the one the model gave it (``Hardware.at_tensor_clock`` for a
+    kernel with matmuls)."""
     launch_s = hw.kernel_launch_overhead_s
     measured = (rec.get("counters") or {}).get("kernels") or []
     predicted = pred.get("kernels") or []

@@ -41,7 +41,7 @@ DO_BENCH = "triton.testing.do_bench"
 # 0.62% on average (BENCHMARKS.md).
 UNSTABLE_SPREAD_PCT = 10.0
 # What ncu measured, per kernel and summed over a record's kernels (``validation.ncu``):
-# counts, bytes, seconds, a hit rate and the SMs' clock (records since 2026-12-06), each
+# counts, bytes, seconds, a hit rate and the SMs' clock (the runner's since 2026-12-06), each
 # >= 0 or null where ncu gave none.
 KERNEL_COUNTER_KEYS = tuple(METRICS.values())
 COUNTER_KEYS = (*KERNEL_COUNTER_KEYS, "l2_read_bytes", "l2_write_bytes")
