@@ -220,10 +220,7 @@ def clock_summary(rows: list[dict]) -> dict:
                 values, model = groups["matmul" if clock["matmul"] else "other"]
                 values.append(clock["measured"])
                 model.add(clock["model"])
-    return {name: {"n": len(values),
-                   "median": statistics.median(values) if values else None,
-                   "min": min(values, default=None), "max": max(values, default=None),
-                   "model": sorted(model)}
+    return {name: {**stats.spread(values), "model": sorted(model)}
             for name, (values, model) in groups.items()}
 
 

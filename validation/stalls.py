@@ -44,6 +44,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from validation import stats
 from validation.ncu import NcuParseError, kernel_base_name, parse_value
 
 TENSOR = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
@@ -164,11 +165,7 @@ def overlap_summary(launches: list[Launch]) -> dict:
 
 def _bounds_summary(launches: int, bounds: list[float | None]) -> dict:
     """n, median and range of the bounds that exist, out of ``launches`` launches."""
-    bounds = [b for b in bounds if b is not None]
-    if not bounds:
-        return {"launches": launches, "n": 0, "median": None, "min": None, "max": None}
-    return {"launches": launches, "n": len(bounds), "median": statistics.median(bounds),
-            "min": min(bounds), "max": max(bounds)}
+    return {"launches": launches, **stats.spread(bounds)}
 
 
 def matmul_kernels(plan_path: str | Path = DEFAULT_PLAN) -> tuple[object, dict[str, dict]]:

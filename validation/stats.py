@@ -7,6 +7,7 @@ relative to the measurement: ``(predicted - measured) / measured``, in percent.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 
@@ -98,3 +99,13 @@ def predicted_ties(predicted: Sequence[float], measured: Sequence[float],
              100.0 * (measured[i] / measured[pick] - 1.0))
             for i in range(len(predicted))
             if i != pick and predicted[i] <= predicted[pick] * (1.0 + gap)]
+
+
+def spread(values: Sequence[float | None]) -> dict:
+    """How many of ``values`` exist (None: not known), and their median, least and most
+    (None when none exists)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return {"n": 0, "median": None, "min": None, "max": None}
+    return {"n": len(known), "median": statistics.median(known), "min": min(known),
+            "max": max(known)}
