@@ -601,3 +601,47 @@ def test_cli_selection_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert '"--max-seq" must be >= 1, got 0.' in err[2]
     assert "selected by --max-seq 128" in err[3]
     assert not saved.exists()  # nothing was written
+
+
+def test_what_each_kernel_left_dirty_measured_and_modelled():
+    """SYNTHETIC: ncu counts a kernel's DRAM writes within its range, so what it left dirty
+    in L2 (written back by the next kernel's flush) is what it stores less what ncu saw it
+    write; beside it, the model's ``left_dirty``; medians per kernel name."""
+    names = ["naive_qk", "naive_softmax", "naive_pv"]
+    stores = [8e6, 8e6, 1e6]
+    left = [5e6, 4e6, 1e6]
+
+    def kernel_stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+        return {"time_s": 90e-6, "bound": "hbm", "legal": True,
+                "bytes": {"global_read": 6e6, "global_write": 17e6, "dram_read": 6e6,
+                          "dram_write": 17e6},
+                "kernels": [{"name": n, "time_s": 30e-6, "flops": {"tensor": 0},
+                             "bytes": {"dram_read": 2e6, "dram_write": w, "global_write": w,
+                                       "left_dirty": d}}
+                            for n, w, d in zip(names, stores, left, strict=True)]}
+
+    recs = []
+    for shape, written in ((SHAPE_A, [6e6, 5e6, 1e6]), (SHAPE_B, [5e6, 6e6, 0.5e6]),
+                           (SHAPE_B, None)):
+        c = counters(6e6, 6e6)
+        if written is not None:
+            c["kernels"] = [{"name": n, "duration_s": 25e-6, "dram_read_bytes": 2e6,
+                             "dram_write_bytes": w} for n, w in zip(names, written, strict=True)]
+        recs.append(record("naive", shape, TILINGS[1 if written else 2], 90e-6, c))
+    report = reconcile(recs, predictor=kernel_stub, model="stub")
+    first = report["rows"][0]["kernels"]
+    assert [k["left_dirty"] for k in first] == [
+        {"measured": 2e6, "model": 5e6}, {"measured": 3e6, "model": 4e6},
+        {"measured": 0.0, "model": 1e6}]
+    # medians over the two records with per-kernel counters (the third has none)
+    assert report["summary"]["left_dirty"] == {
+        "naive_pv": {"n": 2, "measured": pytest.approx(0.25e6), "model": 1e6},
+        "naive_qk": {"n": 2, "measured": pytest.approx(2.5e6), "model": 5e6},
+        "naive_softmax": {"n": 2, "measured": pytest.approx(2.5e6), "model": 4e6}}
+    line = next(x for x in target_lines(report) if x.startswith("left dirty in L2"))
+    assert ("naive_pv 250.00 KB (model 1.00 MB), naive_qk 2.50 MB (model 5.00 MB), "
+            "naive_softmax 2.50 MB (model 4.00 MB)") in line
+    # records without per-kernel counters print no such line
+    report = reconcile(recs[2:], predictor=kernel_stub, model="stub")
+    assert report["summary"]["left_dirty"] == {}
+    assert not any(x.startswith("left dirty") for x in target_lines(report))

@@ -18,7 +18,6 @@ configs. Three helpers keep that cost down:
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass
 
@@ -274,7 +273,9 @@ def precompile(configs: list[dict], workers: int, budget_s: float, log=print) ->
 
     tasks = compile_tasks(configs)
     start, done, failed, facts = time.monotonic(), 0, [], {}
-    workers = max(1, min(workers, len(tasks), os.cpu_count() or 1))
+    from simulator.cli.common import cores
+
+    workers = max(1, min(workers, len(tasks), cores()))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     try:
         futures = [pool.submit(_warm, task) for task in tasks]

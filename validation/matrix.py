@@ -610,7 +610,7 @@ def check_plan(plan: object, path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from simulator.cli.common import write_atomically
+    from simulator.cli.common import cores, write_atomically
     from simulator.hardware import load_hardware
     from validation import predict
 
@@ -624,8 +624,9 @@ def main(argv: list[str] | None = None) -> int:
                              "the frozen plans compiles for sm_90 with this Triton")
     parser.add_argument("names", nargs="+", help="matrix names: default, quick, mlp")
     parser.add_argument("--hardware", default="h200-sxm")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="processes rating candidates (default: all cores)")
+    parser.add_argument("--jobs", type=int, default=cores(),
+                        help="processes rating candidates (default: the cores this process "
+                             "may use)")
     parser.add_argument("--schedule", action="append", default=[],
                         help="rerate: a schedule whose groups are rated again (repeatable)")
     parser.add_argument("--no-aot", action="store_true",

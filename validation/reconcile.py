@@ -203,9 +203,36 @@ def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
         matmul = bool((p.get("flops") or {}).get("tensor"))
         clock = {"measured": m.get("sm_clock_hz"), "matmul": matmul,
                  "model": (hw.at_tensor_clock() if matmul else hw).sm_clock_hz}
+        stored, written = b.get("global_write"), m.get("dram_write_bytes")
+        left = {"measured": None if stored is None or written is None else stored - written,
+                "model": b.get("left_dirty")}
         rows.append({"name": m["name"], "predicted": mine, "measured": theirs,
-                     "error_pct": _errors(mine, theirs, KERNEL_METRICS), "sm_clock_hz": clock})
+                     "error_pct": _errors(mine, theirs, KERNEL_METRICS), "sm_clock_hz": clock,
+                     "left_dirty": left})
     return rows
+
+
+def left_dirty_summary(rows: list[dict]) -> dict:
+    """What each kernel left dirty in L2 at its end, measured and modelled, per kernel
+    name: ``n``, ``measured`` and ``model`` (medians, bytes).
+
+    Nsight Compute counts a kernel's DRAM writes within its range, and with
+    ``--cache-control all`` what the kernel leaves dirty is written back by the next
+    kernel's flush, outside it: the bytes the kernel stores (the model's count of them,
+    exact) less ncu's DRAM writes are what it left dirty. The model's is what its L2 holds
+    dirty at the kernel's end (``left_dirty``, counted in its DRAM writes). Medians: a
+    kernel whose spills reach DRAM writes more than it stores."""
+    found: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for r in rows:
+        for k in r["kernels"]:
+            left = k.get("left_dirty") or {}
+            if left.get("measured") is not None and left.get("model") is not None:
+                measured, model = found[k["name"]]
+                measured.append(left["measured"])
+                model.append(left["model"])
+    return {name: {"n": len(measured), "measured": statistics.median(measured),
+                   "model": statistics.median(model)}
+            for name, (measured, model) in sorted(found.items())}
 
 
 def clock_summary(rows: list[dict]) -> dict:
@@ -398,6 +425,7 @@ def reconcile(records: list[dict], hardware: str | None = None, predictor=None,
             "ranking": rank,
             "by_operand_demand": by_operand_demand(rows),
             "sm_clock_hz": clock_summary(rows),
+            "left_dirty": left_dirty_summary(rows),
             "timing_spread": timing_spread(rows),
             "occupancy_from": {source: sum(r["occupancy_from"] == source for r in rows)
                                for source in ("compiled", "estimated", "mixed")},

@@ -218,6 +218,13 @@ def target_lines(report: dict) -> list[str]:
                 parts.append(f"{label} median {g['median'] / 1e9:.3f} GHz over {g['n']} "
                              f"({g['min'] / 1e9:.3f}-{g['max'] / 1e9:.3f}; model {model})")
         lines.append("SM clock (ncu): " + ", ".join(parts))
+    left = summ.get("left_dirty") or {}
+    if left:
+        parts = ", ".join(f"{name} {fmt_bytes(v['measured'])} (model {fmt_bytes(v['model'])})"
+                          for name, v in left.items())
+        lines.append("left dirty in L2 at a kernel's end (its stores less ncu's DRAM writes, "
+                     "which leave out what the next flush writes back; median per kernel): "
+                     + parts)
     for item in report["unpredicted"]:
         lines.append(f"note: {item['record_id']} not predicted: {item['reason']}")
     if report["duplicates_dropped"]:

@@ -8,7 +8,6 @@ and exit code 2.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def _print_dry_run(plan: dict, est: dict, budget_s: float) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import check_counts, print_json
+    from simulator.cli.common import check_counts, cores, print_json
     from validation.estimate import estimate
 
     for flag, value, zero_ok in (("--budget-s", args.budget_s, False),
@@ -150,7 +149,7 @@ def run(args) -> int:
         _require_gpu()
     if args.workers is None:
         args.workers = (DEVICE_WORKERS if args.dry_run
-                        else max(1, min(DEVICE_WORKERS, (os.cpu_count() or 2) - 1)))
+                        else max(1, min(DEVICE_WORKERS, cores() - 1)))
     plan = resolve_plan(args.matrix, args.hardware, log=lambda m: print(m, file=sys.stderr))
     est = estimate(plan, args.warmup_ms, args.rep_ms, args.workers, ncu=not args.no_ncu)
     if args.dry_run:

@@ -162,9 +162,12 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
                      compiled=None, l2_start: str = "cold") -> tuple[dict, Simulation]:
     """The prediction of a measured call, each number as its measurement saw L2.
 
-    Nsight Compute flushes and invalidates L2 before every kernel it profiles, so a
-    kernel's duration and DRAM bytes are a cold start's: the kernels and bytes are those of
-    a cold run. The call's time is what the timing saw: with ``l2_start`` "dirty"
+    The kernels and bytes are those of a cold run, as Nsight Compute profiles the call's
+    first kernel: it flushes and invalidates L2 before every kernel. The model's later
+    kernels start with what the earlier ones left in L2 (written back, still resident), as
+    in the timed call: where one re-reads what an earlier one wrote and L2 holds it
+    (decode's reduce, the split's partials), it hits here and misses under ncu. The call's
+    time is what the timing saw: with ``l2_start`` "dirty"
     (``do_bench``'s flush) the cold run's time plus what the dirty start adds to its first
     kernel, simulated on its own in the same mode (``dirty_start``: those seconds and the
     foreign bytes written back). The kernels after the first run as in the cold run: by

@@ -31,7 +31,8 @@ from the step to the CTA phase:
 - **Write-backs** of the dirty blocks a phase's accesses evict (``W``) are no phase's
   bytes: they join the kernel's write-back flow, which shares HBM with the phases and which
   no phase waits for (the full engine's write-backs, which nobody waits for either); the
-  next kernel starts when it has drained.
+  kernel ends when it has drained, the last one too (a fair share among all resident
+  CTAs, the flow can lag far behind them in a kernel that writes as much as it reads).
   In a kernel without a loop the body is one compute step, and it queues on its SM first
   come, first served, as the full engine's steps do, rather than sharing the SM's units:
   the CTAs of an SM then finish their bodies one after another, not all at once, and
@@ -374,9 +375,13 @@ class FluidEngine:
         start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
         flushed = cache.flush()
         begin = self.env.now
-        # Write-backs still in flight finish before the next kernel, as in the full engine.
+        # The write-backs of the blocks its CTAs evicted finish within the kernel, the last
+        # one's too: they are bytes it moved (the flow lags the CTAs, as a fair share of HBM
+        # among all of them; ended at its last CTA, an HBM-bound kernel that writes as much
+        # as it reads would end with most of its writes unmoved). Only what it leaves dirty
+        # (``flushed``) waits for the next kernel, or, after the last, for no one.
         ran = float(end.max()) if prog.grid else 0.0
-        yield self.env.timeout(ran if last else max(ran, final.drained_s))
+        yield self.env.timeout(max(ran, final.drained_s))
         done = self.env.now
         if flushed and not last:  # record.KernelRun: why, and why not after the last
             yield self.env.timeout(flushed / hw.hbm_effective_bytes_per_s)

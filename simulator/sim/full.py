@@ -143,10 +143,11 @@ class FullEngine:
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
             flushed = self.cache.flush()
             # record.KernelRun: why, and why not after the last
-            if i < len(self.programs) - 1 or self.followed:
-                if flushed:
-                    self._hbm(flushed, 1.0, _nothing)
-                yield self.hbm.idle()  # write-backs in flight finish before the next kernel
+            if flushed and (i < len(self.programs) - 1 or self.followed):
+                self._hbm(flushed, 1.0, _nothing)
+            # The write-backs of evicted blocks still in flight finish within the kernel,
+            # the last one's too (bytes it moved); only ``flushed`` waits for the next.
+            yield self.hbm.idle()
             traffic, foreign = self.cache.traffic_since(before)
             self.runs.append(KernelRun(
                 name=prog.name, launch_s=launch, start_s=start, end_s=self.env.now,

@@ -34,20 +34,22 @@ class KernelRun:
 
     When ``flush_bytes`` are written back: L2 is a write-back cache that keeps its contents
     across launches, and a kernel completes when its last CTA retires, its stores in L2.
-    The last kernel of a run therefore ends then (``end_s``), its dirty data written back
-    after the run, in no time the run reports; a CUDA event after it, or Nsight Compute's
-    duration, would not wait for them either. Between kernels the next kernel's misses
-    evict them, so they take HBM time while it runs; the model approximates that by
-    writing them back at full HBM bandwidth before the next kernel launches, within this
-    kernel's ``end_s`` (an upper bound on what it costs when the next kernel has HBM time
-    to spare). ``*_segments`` are ``(start, end, bytes/s)`` rows of the bandwidth each
-    level delivered, for timelines.
+    The last kernel of a run therefore ends then (``end_s``; or when the write-backs of the
+    dirty blocks it evicted have reached DRAM, if later: bytes it moved), what it leaves
+    dirty written back after the run, in no time the run reports; a CUDA event after it, or
+    Nsight Compute's duration, would not wait for them either. Between kernels the next
+    kernel's misses evict them, so they take HBM time while it runs; the model
+    approximates that by writing them back at full HBM bandwidth before the next kernel
+    launches, within this kernel's ``end_s`` (an upper bound on what it costs when the
+    next kernel has HBM time to spare). ``*_segments`` are ``(start, end, bytes/s)`` rows
+    of the bandwidth each level delivered, for timelines.
     """
 
     name: str
     launch_s: float  # the launch begins (the launch overhead runs first)
     start_s: float  # the first CTA starts
-    end_s: float  # the last CTA retired (and, but for the last kernel, the write-back)
+    # the last CTA retired, its evictions written back (and, but for the last kernel, the flush)
+    end_s: float
     ctas_per_sm: int
     slots: int  # CTAs resident at once on the whole GPU
     sram_bytes_per_cta: int

@@ -76,6 +76,9 @@ def fill_prediction(sim: Simulation) -> dict:
         entry["bytes"]["dram_read"] = run.dram_read
         entry["bytes"]["dram_write"] = run.dram_write
         entry["bytes"]["foreign_dram_write"] = run.foreign_writeback_bytes
+        # Of its DRAM writes, what it left dirty in L2 at its end (record.KernelRun: written
+        # back before the next kernel, or after the last in no time the run reports).
+        entry["bytes"]["left_dirty"] = run.flush_bytes
         entry["achieved"] = {
             "hbm_bytes_per_s": run.hbm_bytes / t,
             "l2_bytes_per_s": moved / t,
