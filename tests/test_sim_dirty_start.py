@@ -6,8 +6,9 @@ DRAM. The model keeps them as a foreign tensor older than everything the run tou
 (``simulator.sim.l2``): for the same order of accesses the run's own hits, misses and DRAM
 bytes are exactly those of a cold start, the foreign write-backs are counted apart, and
 they cost HBM time. A measured call is predicted as each measurement saw L2
-(``predict_as_timed``): its kernels cold, as Nsight Compute profiles them, its time with
-the dirty start that ``do_bench`` gave it.
+(``predict_as_timed``): its kernels cold, as Nsight Compute profiles them (a kernel that
+re-reads what an earlier one stored also alone, ``profiled``), its time with the dirty
+start that ``do_bench`` gave it.
 """
 
 from __future__ import annotations
@@ -229,3 +230,34 @@ def test_simulate_takes_the_start_from_the_command_line(capsys):
     assert main([*argv[:-1], "--l2-start", "dirty"]) == 0
     assert "L2 started dirty: 62.9 MB of another program's data" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_a_kernel_that_rereads_what_an_earlier_one_stored_is_profiled_alone():
+    """decode's reduce reads the partials the split has just stored: in the call L2 holds
+    them (no DRAM read), while Nsight Compute invalidates L2 before each kernel, so under
+    it every byte of them comes from DRAM: B x Hq x splits x (d + 1) fp32 (O's partial rows
+    and their LSE). ``predict_as_timed`` gives the reduce those numbers apart
+    (``profiled``, ``run(alone=...)``) and leaves the split, the first kernel, as it is."""
+    from simulator.sim import carried_bytes
+
+    problem = AttentionProblem(batch=4, heads=32, seq_q=1, seq_kv=1024, head_dim=64,
+                               kv_heads=8)
+    tiling = Tiling(16, 64, 2, 4, 4)  # split 4
+    timed, sim = predict_as_timed(problem, tiling, "decode", H200)
+    split, reduce = timed["kernels"]
+    partials = 4 * 32 * 4 * (64 + 1) * 4
+    assert "profiled" not in split and carried_bytes(sim, 0) == 0
+    assert reduce["bytes"]["dram_read"] == 0
+    assert carried_bytes(sim, 1) == partials
+    alone = run(problem, tiling, "decode", H200, sim.mode, alone=1)
+    assert [r.name for r in alone.runs] == ["decode_reduce"]
+    (r,) = alone.runs
+    assert r.dram_read == partials
+    assert reduce["profiled"] == {"time_s": r.time_s, "dram_read": partials,
+                                  "dram_write": r.dram_write, "left_dirty": r.flush_bytes}
+    assert reduce["profiled"]["time_s"] > reduce["time_s"]  # its loads now go to HBM
+    json.dumps(timed)  # plain numbers
+    with pytest.raises(ProblemError, match='"alone" must be 0 to 1'):
+        run(problem, tiling, "decode", H200, alone=2)
+    with pytest.raises(ProblemError, match="not both"):
+        run(problem, tiling, "decode", H200, kernels=1, alone=1)

@@ -645,3 +645,42 @@ def test_what_each_kernel_left_dirty_measured_and_modelled():
     report = reconcile(recs[2:], predictor=kernel_stub, model="stub")
     assert report["summary"]["left_dirty"] == {}
     assert not any(x.startswith("left dirty") for x in target_lines(report))
+
+
+def test_a_kernel_profiled_alone_is_compared_as_ncu_profiled_it():
+    """SYNTHETIC: a kernel that re-reads what an earlier one stored carries ``profiled``
+    numbers (L2 invalidated before it, as ncu's ``--cache-control all``): its row takes
+    them, and the record's DRAM bytes take its difference."""
+    from simulator.hardware import load_hardware
+
+    launch = load_hardware("h200-sxm").kernel_launch_overhead_s
+    names = ["decode_split", "decode_reduce"]
+
+    def profiled_stub(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
+        return {"time_s": 50e-6, "bound": "hbm", "legal": True,
+                "bytes": {"global_read": 10e6, "global_write": 1e6, "dram_read": 9e6,
+                          "dram_write": 1e6},
+                "kernels": [
+                    {"name": "decode_split", "time_s": 45e-6, "flops": {"tensor": 0},
+                     "bytes": {"dram_read": 9e6, "dram_write": 0.5e6, "global_write": 0.5e6,
+                               "left_dirty": 0.5e6}},
+                    {"name": "decode_reduce", "time_s": 2e-6, "flops": {"tensor": 0},
+                     "bytes": {"dram_read": 0, "dram_write": 0.5e6, "global_write": 0.5e6,
+                               "left_dirty": 0.4e6},
+                     "profiled": {"time_s": 3e-6, "dram_read": 0.5e6, "dram_write": 0.5e6,
+                                  "left_dirty": 0.5e6}}]}
+
+    c = counters(10e6, 6e6)
+    c["kernels"] = [{"name": n, "duration_s": d, "dram_read_bytes": r, "dram_write_bytes": w}
+                    for n, d, r, w in zip(names, [44e-6, 4e-6], [9e6, 0.5e6], [0.5e6, 0],
+                                          strict=True)]
+    rec = record("decode", AttentionProblem(batch=2, heads=8, seq_q=1, seq_kv=1024,
+                                            head_dim=64, kv_heads=2),
+                 Tiling(block_m=16, block_n=32, split_kv=2), 52e-6, c)
+    report = reconcile([rec], predictor=profiled_stub, model="stub")
+    (row,) = report["rows"]
+    assert row["predicted"]["dram"] == pytest.approx(10.5e6)  # 10e6, the reduce's + 0.5e6
+    split, reduce = row["kernels"]
+    assert split["predicted"] == {"time": pytest.approx(45e-6 - launch), "dram": 9.5e6}
+    assert reduce["predicted"] == {"time": pytest.approx(3e-6 - launch), "dram": 1e6}
+    assert reduce["left_dirty"] == {"measured": 0.5e6, "model": 0.5e6}

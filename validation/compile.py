@@ -271,10 +271,10 @@ def precompile(configs: list[dict], workers: int, budget_s: float, log=print) ->
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures import TimeoutError as FuturesTimeout
 
-    tasks = compile_tasks(configs)
-    start, done, failed, facts = time.monotonic(), 0, [], {}
     from simulator.cli.common import cores
 
+    tasks = compile_tasks(configs)
+    start, done, failed, facts = time.monotonic(), 0, [], {}
     workers = max(1, min(workers, len(tasks), cores()))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     try:

@@ -4,7 +4,9 @@ For each Triton record that was timed, the model predicts the same (problem, til
 schedule) on the preset of the GPU the record names (``--hardware`` overrides). Compared:
 
 - time: predicted ``time_s`` vs the measured median;
-- DRAM bytes: predicted ``dram_read + dram_write`` vs ncu's ``dram__bytes_{read,write}``;
+- DRAM bytes: predicted ``dram_read + dram_write`` vs ncu's ``dram__bytes_{read,write}``
+  (a kernel that re-reads what an earlier one stored is taken as ncu profiles it, L2
+  invalidated first: its ``profiled`` bytes, ``simulator.sim.predict_as_timed``);
 - L2 bytes: predicted global traffic (what the SMs request) vs ncu's L2 sectors from the
   SMs (``lts__t_sectors_srcunit_tex_op_{read,write}``) x 32 bytes.
 
@@ -18,7 +20,8 @@ predicted.
 Per kernel, where ncu profiled a record's kernels and they are the prediction's kernels (by
 name and order): each kernel's predicted time without the launch overhead (the preset's
 ``kernel_launch_overhead_s``, which ncu's ``gpu__time_duration`` does not see) against
-ncu's duration, and its DRAM bytes; summarized per kernel name, and the signed time error
+ncu's duration, and its DRAM bytes (as ncu profiles it where that differs: ``profiled``);
+summarized per kernel name, and the signed time error
 per kernel, head dim and tiling over the shapes (``by_kernel_and_tiling``). That is where
 a schedule of several kernels (naive attention, the backward) shows which kernel the model
 gets wrong, and a mechanism it leaves out shows as the tilings it hits.
@@ -160,9 +163,17 @@ def _occupancy_from(pred: dict) -> str:
 
 
 def _predicted(pred: dict) -> dict:
+    """The prediction's time, DRAM and L2 bytes; its DRAM bytes with each kernel's as
+    Nsight Compute profiles it where they differ (``profiled``: a kernel re-reading what
+    an earlier one stored, which ncu's flush sends back to DRAM), as ncu measured them."""
     b = pred["bytes"]
-    return {"time": pred.get("time_s"), "dram": _sum(b.get("dram_read"), b.get("dram_write")),
-            "l2": l2_bytes(b)}
+    dram = _sum(b.get("dram_read"), b.get("dram_write"))
+    for k in pred.get("kernels") or ():
+        alone = k.get("profiled")
+        if alone and dram is not None:
+            dram += (alone["dram_read"] + alone["dram_write"]
+                     - k["bytes"]["dram_read"] - k["bytes"]["dram_write"])
+    return {"time": pred.get("time_s"), "dram": dram, "l2": l2_bytes(b)}
 
 
 def _summary(rows: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:
@@ -195,9 +206,11 @@ def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
     rows = []
     for m, p in zip(measured, predicted, strict=True):
         b = p.get("bytes", {})
-        time_s = p.get("time_s")
+        alone = p.get("profiled") or {}  # as ncu profiles it, where that differs
+        time_s = alone.get("time_s", p.get("time_s"))
         mine = {"time": None if time_s is None else time_s - launch_s,
-                "dram": _sum(b.get("dram_read"), b.get("dram_write"))}
+                "dram": _sum(alone.get("dram_read", b.get("dram_read")),
+                             alone.get("dram_write", b.get("dram_write")))}
         theirs = {"time": m.get("duration_s"),
                   "dram": _sum(m.get("dram_read_bytes"), m.get("dram_write_bytes"))}
         matmul = bool((p.get("flops") or {}).get("tensor"))
@@ -205,7 +218,7 @@ def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
                  "model": (hw.at_tensor_clock() if matmul else hw).sm_clock_hz}
         stored, written = b.get("global_write"), m.get("dram_write_bytes")
         left = {"measured": None if stored is None or written is None else stored - written,
-                "model": b.get("left_dirty")}
+                "model": alone.get("left_dirty", b.get("left_dirty"))}
         rows.append({"name": m["name"], "predicted": mine, "measured": theirs,
                      "error_pct": _errors(mine, theirs, KERNEL_METRICS), "sm_clock_hz": clock,
                      "left_dirty": left})

@@ -24,11 +24,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.hardware import Hardware
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 
 FULL_MODE_MAX_STEPS = 20_000
+# ``predict_as_timed`` simulates a later launch again alone, as Nsight Compute profiles it
+# (L2 invalidated first), where the bytes it found in L2 of earlier launches' stores
+# (``carried_bytes``) reach this share of what it read from DRAM.
+PROFILE_ALONE_SHARE = 0.01
 MODES = ("auto", "full", "aggregated")
 # What L2 holds when the run starts: "cold", nothing; "dirty", the preset's whole capacity
 # of another program's dirty lines, as ``triton.testing.do_bench`` leaves it before every
@@ -97,7 +103,7 @@ def check_fits(schedule, hw: Hardware, compiled=None) -> None:
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
         mode: str = "auto", compiled=None, l2_start: str = "cold",
-        kernels: int | None = None) -> Simulation:
+        kernels: int | None = None, alone: int | None = None) -> Simulation:
     """Simulate every kernel of the schedule's pass; ``ProblemError`` if a tiling cannot run
     (``DeviceMemoryError`` if the problem's tensors do not fit on the GPU at all).
 
@@ -108,7 +114,9 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     kernels pay; for the same order of accesses their own hits, misses and DRAM bytes are
     those of a cold start. ``kernels``: simulate only the first that many launches, the
     last of them ending as it does when the next follows (``mode`` "auto" then decides on
-    those alone).
+    those alone). ``alone``: simulate only launch ``alone`` (0-based), by itself on an
+    empty L2 and followed by none, as Nsight Compute profiles it (``--cache-control all``
+    invalidates L2 before each kernel).
     """
     from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
@@ -126,10 +134,16 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     fast_numba_start()
     programs = schedule_programs(sched, hw, compiled=compiled)
     followed = False
+    if kernels is not None and alone is not None:
+        raise ProblemError('give "kernels" or "alone", not both.')
     if kernels is not None:
         if not 1 <= kernels <= len(programs):
             raise ProblemError(f'"kernels" must be 1 to {len(programs)}, got {kernels}.')
         programs, followed = programs[:kernels], kernels < len(programs)
+    if alone is not None:
+        if not 0 <= alone < len(programs):
+            raise ProblemError(f'"alone" must be 0 to {len(programs) - 1}, got {alone}.')
+        programs = [programs[alone]]
     steps = sum(p.iterations + p.grid for p in programs)
     if mode == "auto":
         mode = "full" if steps <= FULL_MODE_MAX_STEPS else "aggregated"
@@ -166,18 +180,28 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
     first kernel: it flushes and invalidates L2 before every kernel. The model's later
     kernels start with what the earlier ones left in L2 (written back, still resident), as
     in the timed call: where one re-reads what an earlier one wrote and L2 holds it
-    (decode's reduce, the split's partials), it hits here and misses under ncu. The call's
-    time is what the timing saw: with ``l2_start`` "dirty"
-    (``do_bench``'s flush) the cold run's time plus what the dirty start adds to its first
-    kernel, simulated on its own in the same mode (``dirty_start``: those seconds and the
-    foreign bytes written back). The kernels after the first run as in the cold run: by
-    then the first has written back the foreign data (all of it, once it has allocated
-    ``l2_bytes``; the rest, if it allocates less, is left out, as is any difference the
-    first kernel's timing makes to their order of accesses).
+    (decode's reduce, the split's partials), it hits here and misses under ncu. Such a
+    kernel (``carried_bytes``, at least ``PROFILE_ALONE_SHARE`` of its DRAM reads) is
+    simulated again alone, and its entry gets ``profiled``: its time, DRAM bytes and what
+    it left dirty as ncu profiles it. The call's time is what the timing saw: with
+    ``l2_start`` "dirty" (``do_bench``'s flush) the cold run's time plus what the dirty
+    start adds to its first kernel, simulated on its own in the same mode
+    (``dirty_start``: those seconds and the foreign bytes written back). The kernels
+    after the first run as in the cold run: by then the first has written back the
+    foreign data (all of it, once it has allocated ``l2_bytes``; the rest, if it
+    allocates less, is left out, as is any difference the first kernel's timing makes to
+    their order of accesses).
     """
     _check_l2_start(l2_start)
     pred, cold = predict(problem, tiling, schedule, hw, compiled=compiled)
     pred["l2_start"] = l2_start
+    for i, entry in enumerate(pred["kernels"]):
+        if i and carried_bytes(cold, i) >= PROFILE_ALONE_SHARE * max(cold.runs[i].dram_read, 1):
+            alone = run(problem, tiling, schedule, hw, cold.mode, compiled, alone=i).runs[0]
+            entry["profiled"] = {"time_s": float(alone.time_s),
+                                 "dram_read": int(alone.dram_read),
+                                 "dram_write": int(alone.dram_write),
+                                 "left_dirty": int(alone.flush_bytes)}
     if l2_start == "dirty":
         first = run(problem, tiling, schedule, hw, cold.mode, compiled, "dirty", kernels=1)
         extra = float(first.runs[0].time_s - cold.runs[0].time_s)
@@ -187,6 +211,32 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
         pred["dirty_start"] = {"kernel": first.runs[0].name, "time_s": extra,
                                "foreign_dram_write": written}
     return pred, cold
+
+
+def carried_bytes(sim: Simulation, i: int) -> int:
+    """At most how many bytes launch ``i`` of ``sim`` found in L2 that earlier launches had
+    stored there: its hits on the tensors they stored, but no more than those tensors' size
+    nor than what they left dirty (``flush_bytes``). 0 for the first launch. Its hits on
+    such a tensor may include its own re-reads (the backward's dK/dV reads delta once per
+    block of keys): the bounds keep those from counting."""
+    from simulator.sim.l2 import HIT, MISS, WRITE
+    from traces.schedules import build_schedule
+
+    runs = sim.runs
+    if i == 0:
+        return 0
+    stored = np.zeros(len(sim.tensor_names), dtype=bool)
+    for r in runs[:i]:
+        stored |= r.tensor_bytes[:, WRITE] > 0
+    mine = runs[i].tensor_bytes
+    shared = stored & (mine[:, HIT] + mine[:, MISS] > 0)
+    if not shared.any():
+        return 0
+    tensors = build_schedule(sim.problem, sim.tiling, sim.schedule).tensors
+    size = sum(tensors[name].nbytes for name, s in zip(sim.tensor_names, shared, strict=True)
+               if s)
+    left = sum(int(r.flush_bytes) for r in runs[:i])
+    return int(min(mine[shared, HIT].sum(), size, left))
 
 
 def simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
