@@ -236,14 +236,17 @@ def test_a_kernel_that_rereads_what_an_earlier_one_stored_is_profiled_alone():
     """decode's reduce reads the partials the split has just stored: in the call L2 holds
     them (no DRAM read), while Nsight Compute invalidates L2 before each kernel, so under
     it every byte of them comes from DRAM: B x Hq x splits x (d + 1) fp32 (O's partial rows
-    and their LSE). ``predict_as_timed`` gives the reduce those numbers apart
-    (``profiled``, ``run(alone=...)``) and leaves the split, the first kernel, as it is."""
+    and their LSE). ``predict_as_timed(profiled=True)``, as reconciliation asks, gives the
+    reduce those numbers apart (``profiled``, ``run(alone=...)``) and leaves the split,
+    the first kernel, as it is."""
     from simulator.sim import carried_bytes
 
     problem = AttentionProblem(batch=4, heads=32, seq_q=1, seq_kv=1024, head_dim=64,
                                kv_heads=8)
     tiling = Tiling(16, 64, 2, 4, 4)  # split 4
-    timed, sim = predict_as_timed(problem, tiling, "decode", H200)
+    plain, _ = predict_as_timed(problem, tiling, "decode", H200)
+    assert not any("profiled" in k for k in plain["kernels"])  # only when asked
+    timed, sim = predict_as_timed(problem, tiling, "decode", H200, profiled=True)
     split, reduce = timed["kernels"]
     partials = 4 * 32 * 4 * (64 + 1) * 4
     assert "profiled" not in split and carried_bytes(sim, 0) == 0

@@ -34,10 +34,12 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
     """The simulator's prediction for one configuration (``compiled``: kernel name ->
     ``simulator.occupancy.CompiledResources``, where known; ``l2_start``: what L2 held when
     the call was timed, ``simulator.sim.L2_STARTS``; the kernels as Nsight Compute
-    profiles them, cold: ``simulator.sim.predict_as_timed``)."""
+    profiles them, cold, and alone where that differs: ``simulator.sim.predict_as_timed``
+    with ``profiled``)."""
     from simulator.sim import predict_as_timed
 
-    return predict_as_timed(problem, tiling, schedule, hw, compiled, l2_start)[0]
+    return predict_as_timed(problem, tiling, schedule, hw, compiled, l2_start,
+                            profiled=True)[0]
 
 
 def l2_start_of(rec: dict) -> str:

@@ -50,7 +50,8 @@ def load_records(paths: list[str], hardware: str) -> dict:
         skipped = f" ({len(errors)} lines skipped, the first: {errors[0]})" if errors else ""
         raise UserError("no timed records in " + ", ".join(paths) + skipped)
     name = model.source()["source"]
-    result = reconcile(recs, predictor=model.predict, model=name, fallback_hardware=hardware)
+    result = reconcile(recs, predictor=model.predict_profiled, model=name,
+                       fallback_hardware=hardware)
     if not result["rows"]:
         from validation.reconcile import nothing_compared
 

@@ -54,21 +54,29 @@ def dram_bytes(byte_counts: dict) -> int:
 
 
 def _simulate(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-              compiled=None, l2_start: str = "cold"):
+              compiled=None, l2_start: str = "cold", profiled: bool = False):
     """``(prediction dict with "model", Simulation)``; ``ProblemError`` if it cannot run."""
     from simulator import sim
 
     pred, simulation = sim.predict_as_timed(problem, tiling, schedule, hw, compiled,
-                                            l2_start)
+                                            l2_start, profiled)
     pred["model"] = source()
     return pred, simulation
 
 
 def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-            compiled=None, l2_start: str = "cold") -> dict:
+            compiled=None, l2_start: str = "cold", profiled: bool = False) -> dict:
     """The simulator's prediction dict (``tilesim.prediction/1``) plus ``model``
-    (``compiled`` and ``l2_start`` as ``validation.predict.predict``)."""
-    return _simulate(problem, tiling, schedule, hw, compiled, l2_start)[0]
+    (``compiled``, ``l2_start`` and ``profiled`` as ``simulator.sim.predict_as_timed``;
+    records are reconciled with ``profiled``, as ``validation.predict.predict`` does)."""
+    return _simulate(problem, tiling, schedule, hw, compiled, l2_start, profiled)[0]
+
+
+def predict_profiled(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
+                     compiled=None, l2_start: str = "cold") -> dict:
+    """``predict`` as reconciliation asks for it: with ``profiled`` (a module-level
+    function, so that ``validation.predict.map_tasks`` can send it to other processes)."""
+    return predict(problem, tiling, schedule, hw, compiled, l2_start, profiled=True)
 
 
 PAIR = ("naive", "fa2")

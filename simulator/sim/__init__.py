@@ -173,17 +173,19 @@ def predict(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardwa
 
 
 def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
-                     compiled=None, l2_start: str = "cold") -> tuple[dict, Simulation]:
+                     compiled=None, l2_start: str = "cold",
+                     profiled: bool = False) -> tuple[dict, Simulation]:
     """The prediction of a measured call, each number as its measurement saw L2.
 
     The kernels and bytes are those of a cold run, as Nsight Compute profiles the call's
     first kernel: it flushes and invalidates L2 before every kernel. The model's later
     kernels start with what the earlier ones left in L2 (written back, still resident), as
     in the timed call: where one re-reads what an earlier one wrote and L2 holds it
-    (decode's reduce, the split's partials), it hits here and misses under ncu. Such a
-    kernel (``carried_bytes``, at least ``PROFILE_ALONE_SHARE`` of its DRAM reads) is
-    simulated again alone, and its entry gets ``profiled``: its time, DRAM bytes and what
-    it left dirty as ncu profiles it. The call's time is what the timing saw: with
+    (decode's reduce, the split's partials), it hits here and misses under ncu. With
+    ``profiled`` (reconciliation asks for it) such a kernel (``carried_bytes``, at least
+    ``PROFILE_ALONE_SHARE`` of its DRAM reads) is simulated again alone, and its entry
+    gets ``profiled``: its time, DRAM bytes and what it left dirty as ncu profiles it.
+    The call's time is what the timing saw: with
     ``l2_start`` "dirty" (``do_bench``'s flush) the cold run's time plus what the dirty
     start adds to its first kernel, simulated on its own in the same mode
     (``dirty_start``: those seconds and the foreign bytes written back). The kernels
@@ -195,7 +197,7 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
     _check_l2_start(l2_start)
     pred, cold = predict(problem, tiling, schedule, hw, compiled=compiled)
     pred["l2_start"] = l2_start
-    for i, entry in enumerate(pred["kernels"]):
+    for i, entry in enumerate(pred["kernels"] if profiled else ()):
         if i and carried_bytes(cold, i) >= PROFILE_ALONE_SHARE * max(cold.runs[i].dram_read, 1):
             alone = run(problem, tiling, schedule, hw, cold.mode, compiled, alone=i).runs[0]
             entry["profiled"] = {"time_s": float(alone.time_s),
