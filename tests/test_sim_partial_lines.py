@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.hardware import load_hardware
+from simulator.sim import run
 from simulator.sim.program import schedule_programs
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
@@ -73,18 +74,11 @@ def test_flash_attention_and_decode_read_whole_lines(schedule, problem, tiling, 
 
 
 def _pv_alone(hw, mode: str):
-    """Naive P·V alone on a cold L2 (``FullEngine`` or ``FluidEngine``): P was never
-    written, so every read of it misses, as at sizes where P outgrows L2."""
-    from simulator.sim.fluid import FluidEngine
-    from simulator.sim.full import FullEngine
-    from simulator.sim.l2 import BlockLayout, L2Cache
-
-    tiling = Tiling(block_m=64, block_n=32)
-    sched = build_schedule(STREAM, tiling, "naive")
-    programs = [p for p in schedule_programs(sched, hw) if p.name == "naive_pv"]
-    cache = L2Cache(hw.l2_bytes, BlockLayout.from_schedule(sched))
-    engine = FullEngine if mode == "full" else FluidEngine
-    return engine(programs, hw, cache, tiling.num_stages).run()[0]
+    """Naive P·V alone on a cold L2 (``run(alone=...)``): P was never written, so every
+    read of it misses, as at sizes where P outgrows L2."""
+    (pv,) = run(STREAM, Tiling(block_m=64, block_n=32), "naive", hw, mode, alone=2).runs
+    assert pv.name == "naive_pv"
+    return pv
 
 
 # 1024 CTAs of P·V, 134 MB of P: HBM-bound on the H200.

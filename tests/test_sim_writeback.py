@@ -43,21 +43,6 @@ def test_between_kernels_the_dirty_data_is_written_back_first(mode):
     assert sum(r.dram_write for r in runs) == sum(r.global_write for r in runs)
 
 
-def _alone(program_name: str, problem, tiling, schedule: str, hw, mode: str):
-    """One kernel of a schedule run alone, the last of its run, on a cold L2."""
-    from simulator.sim.fluid import FluidEngine
-    from simulator.sim.full import FullEngine
-    from simulator.sim.l2 import BlockLayout, L2Cache
-    from simulator.sim.program import schedule_programs
-    from traces.schedules import build_schedule
-
-    sched = build_schedule(problem, tiling, schedule)
-    programs = [p for p in schedule_programs(sched, hw) if p.name == program_name]
-    cache = L2Cache(hw.l2_bytes, BlockLayout.from_schedule(sched))
-    engine = FullEngine if mode == "full" else FluidEngine
-    return engine(programs, hw, cache, tiling.num_stages).run()[0]
-
-
 def test_the_last_kernel_pays_for_the_write_backs_of_what_it_evicted():
     """Naive softmax as the last kernel, its S and P eight times L2: it reads S and writes
     P, and all of P but what it leaves dirty reaches DRAM before it ends. The aggregated
@@ -71,7 +56,8 @@ def test_the_last_kernel_pays_for_the_write_backs_of_what_it_evicted():
     problem = AttentionProblem(batch=1, heads=16, seq_q=1024, head_dim=64)  # S, P: 32 MiB
     times = {}
     for mode in ("full", "aggregated"):
-        k = _alone("naive_softmax", problem, Tiling(64, 64, 2), "naive", hw, mode)
+        (k,) = run(problem, Tiling(64, 64, 2), "naive", hw, mode, alone=1).runs  # softmax
+        assert k.name == "naive_softmax"
         s_bytes = 16 * 1024 * 1024 * 2
         assert k.dram_read == s_bytes and k.dram_write == s_bytes
         assert 0 < k.flush_bytes <= hw.l2_bytes

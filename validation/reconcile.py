@@ -169,11 +169,23 @@ def _predicted(pred: dict) -> dict:
     b = pred["bytes"]
     dram = _sum(b.get("dram_read"), b.get("dram_write"))
     for k in pred.get("kernels") or ():
-        alone = k.get("profiled")
-        if alone and dram is not None:
-            dram += (alone["dram_read"] + alone["dram_write"]
-                     - k["bytes"]["dram_read"] - k["bytes"]["dram_write"])
+        if k.get("profiled") and dram is not None:
+            dram += _dram(_as_profiled(k)) - _dram(k["bytes"])
     return {"time": pred.get("time_s"), "dram": dram, "l2": l2_bytes(b)}
+
+
+def _dram(counts: dict):
+    return _sum(counts.get("dram_read"), counts.get("dram_write"))
+
+
+def _as_profiled(kernel: dict) -> dict:
+    """A predicted kernel's time, DRAM bytes and what it left dirty as Nsight Compute
+    profiles it: its ``profiled`` numbers where the prediction has them (a kernel that
+    re-reads what an earlier one stored, simulated alone), else its own."""
+    b = kernel.get("bytes", {})
+    own = {"time_s": kernel.get("time_s"), "dram_read": b.get("dram_read"),
+           "dram_write": b.get("dram_write"), "left_dirty": b.get("left_dirty")}
+    return {**own, **(kernel.get("profiled") or {})}
 
 
 def _summary(rows: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:
@@ -205,12 +217,10 @@ def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
         return []
     rows = []
     for m, p in zip(measured, predicted, strict=True):
-        b = p.get("bytes", {})
-        alone = p.get("profiled") or {}  # as ncu profiles it, where that differs
-        time_s = alone.get("time_s", p.get("time_s"))
+        b, profiled = p.get("bytes", {}), _as_profiled(p)
+        time_s = profiled["time_s"]
         mine = {"time": None if time_s is None else time_s - launch_s,
-                "dram": _sum(alone.get("dram_read", b.get("dram_read")),
-                             alone.get("dram_write", b.get("dram_write")))}
+                "dram": _dram(profiled)}
         theirs = {"time": m.get("duration_s"),
                   "dram": _sum(m.get("dram_read_bytes"), m.get("dram_write_bytes"))}
         matmul = bool((p.get("flops") or {}).get("tensor"))
@@ -218,7 +228,7 @@ def _kernel_rows(rec: dict, pred: dict, hw) -> list[dict]:
                  "model": (hw.at_tensor_clock() if matmul else hw).sm_clock_hz}
         stored, written = b.get("global_write"), m.get("dram_write_bytes")
         left = {"measured": None if stored is None or written is None else stored - written,
-                "model": alone.get("left_dirty", b.get("left_dirty"))}
+                "model": profiled["left_dirty"]}
         rows.append({"name": m["name"], "predicted": mine, "measured": theirs,
                      "error_pct": _errors(mine, theirs, KERNEL_METRICS), "sm_clock_hz": clock,
                      "left_dirty": left})

@@ -49,6 +49,7 @@ class Simulation:
     schedule: str
     hardware: Hardware
     tensor_names: list[str]
+    tensor_nbytes: list[int]  # each tensor's size, in ``tensor_names`` order
     runs: list  # KernelRun per kernel launch, in order
     mode: str
     wall_s: float  # seconds the simulation itself took (not the Python start-up)
@@ -158,7 +159,8 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     else:
         from simulator.sim.fluid import FluidEngine as Engine
     runs = Engine(programs, hw, cache, tiling.num_stages, followed).run()
-    return Simulation(problem, tiling, schedule, hw, sched.tensor_names, runs, mode,
+    return Simulation(problem, tiling, schedule, hw, sched.tensor_names,
+                      [t.nbytes for t in sched.tensors.values()], runs, mode,
                       time.perf_counter() - started, compiled, l2_start)
 
 
@@ -222,7 +224,6 @@ def carried_bytes(sim: Simulation, i: int) -> int:
     such a tensor may include its own re-reads (the backward's dK/dV reads delta once per
     block of keys): the bounds keep those from counting."""
     from simulator.sim.l2 import HIT, MISS, WRITE
-    from traces.schedules import build_schedule
 
     runs = sim.runs
     if i == 0:
@@ -234,9 +235,7 @@ def carried_bytes(sim: Simulation, i: int) -> int:
     shared = stored & (mine[:, HIT] + mine[:, MISS] > 0)
     if not shared.any():
         return 0
-    tensors = build_schedule(sim.problem, sim.tiling, sim.schedule).tensors
-    size = sum(tensors[name].nbytes for name, s in zip(sim.tensor_names, shared, strict=True)
-               if s)
+    size = int(np.asarray(sim.tensor_nbytes, dtype=np.int64)[shared].sum())
     left = sum(int(r.flush_bytes) for r in runs[:i])
     return int(min(mine[shared, HIT].sum(), size, left))
 
