@@ -88,6 +88,35 @@ def test_refused_tiling_exits_2_while_count_answers(capsys):
     assert json.loads(capsys.readouterr().out)["legal"] is False
 
 
+def test_default_tiling_that_cannot_fit_falls_back_to_smaller_blocks(capsys):
+    """FA2's forward at d = 256 in fp16 on the A100 (163 KiB a CTA): the default 128 x 64
+    at two stages holds Q (128 x 256 x 2 B = 64 KiB) and two stages of K and V (4 x 64 x
+    256 x 2 B = 128 KiB), 192 KiB; 64 x 64 holds 32 + 128 = 160 KiB and fits. With no tile
+    flag the commands run that, and say why; with one, the default is refused as before."""
+    a100 = ["--hardware", "a100-sxm4-80gb", "--batch", "1", "--heads", "2", "--seq", "256",
+            "--head-dim", "256", "--dtype", "fp16"]
+    pred = _json(capsys, a100)
+    assert (pred["tiling"]["block_m"], pred["tiling"]["block_n"]) == (64, 64)
+    assert pred["tiling"]["num_stages"] == 2 and pred["tiling"]["num_warps"] == 4
+    assert pred["legal"] and pred["sram_peak_bytes_per_cta"] == (32 + 128) * 1024
+    assert main(["simulate", *a100]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("does not fit on a100-sxm4-80gb: fa2_fwd needs 192.0 KiB of shared memory per "
+            "CTA, the GPU allows 163.0 KiB; using BM=64 BN=64 stages=2 warps=4") in out
+    assert main(["count", *a100, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tiling"]["block_m"] == 64
+    # a tile flag set: the user's tiling, refused (count marks it not legal)
+    assert main(["simulate", *a100, "--stages", "2"]) == 2
+    assert "fa2_fwd needs 192.0 KiB" in capsys.readouterr().err
+    assert main(["count", *a100, "--stages", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["legal"] is False
+    # compare must fit both schedules: naive's backward dV kernel is the larger here
+    assert main(["compare", *a100, "--pass", "bwd", "--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    assert preds["naive"]["tiling"] == preds["fa2"]["tiling"]
+    assert preds["naive"]["legal"] and preds["fa2"]["legal"]
+
+
 @pytest.mark.parametrize("setting, words", [
     ("max_threads_per_sm=64", ("threads", "at most 64")),
     ("registers_per_sm=4096", ("registers", "the SM has 4096")),

@@ -238,6 +238,55 @@ def tiling_from_args(args: argparse.Namespace) -> Tiling:
     return Tiling(**{k: v for k, v in given.items() if v is not None})
 
 
+# When the user sets no tile flag and a CTA of the default tiling cannot be resident on the
+# GPU (head_dim 256 on an A100, fp32 on an RTX 4090), these blocks are tried in turn, at the
+# default's stages and then at one stage: the first that every kernel fits is used.
+FALLBACK_BLOCKS = ((64, 64), (64, 32), (32, 32), (32, 16), (16, 16))
+TILE_FLAGS = ("block_m", "block_n", "stages", "warps")
+
+
+def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
+                     schedules: tuple[str, ...], hw) -> tuple[Tiling, str | None]:
+    """The tiling a command runs: the user's (``tiling_from_args``), or, where they set
+    none of ``TILE_FLAGS`` and some kernel of ``schedules`` cannot fit the default on
+    ``hw``, the first of ``FALLBACK_BLOCKS`` (at the default's stages, then one) that every
+    kernel fits, with a note saying so (None otherwise). Residency as ``simulator.sim``
+    checks it, from the tiles' estimate. If none fits, the default stays and the command
+    refuses it as before."""
+    from dataclasses import replace
+
+    tiling = tiling_from_args(args)
+    if any(getattr(args, flag, None) is not None for flag in TILE_FLAGS):
+        return tiling, None
+    why = _misfit(problem, tiling, schedules, hw)
+    if why is None:
+        return tiling, None
+    for stages in dict.fromkeys((tiling.num_stages, 1)):
+        for block_m, block_n in FALLBACK_BLOCKS:
+            smaller = replace(tiling, block_m=block_m, block_n=block_n, num_stages=stages)
+            if _misfit(problem, smaller, schedules, hw) is None:
+                reason = why.split(" (try")[0].split("; use")[0]
+                return smaller, (f"note: {reason}; using BM={block_m} BN={block_n} stages={stages} "
+                                 f"warps={smaller.num_warps}, the first smaller tiling that "
+                                 f"fits (--block-m, --block-n, --stages, --warps to choose; "
+                                 f"tilesim sweep ranks every tiling that fits)")
+    return tiling, None
+
+
+def _misfit(problem: AttentionProblem, tiling: Tiling, schedules: tuple[str, ...],
+            hw) -> str | None:
+    """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw``, or None."""
+    from simulator.sim import check_fits
+    from traces.schedules import build_schedule
+
+    for name in schedules:
+        try:
+            check_fits(build_schedule(problem, tiling, name), hw)
+        except ProblemError as exc:
+            return str(exc)
+    return None
+
+
 def check_counts(*flags: tuple[str, int | None]) -> None:
     """``ProblemError`` (one line) for the first ``(flag, value)`` below 1 (None: not given)."""
     for flag, value in flags:

@@ -12,7 +12,7 @@ from simulator.cli.common import (
     print_json,
     problem_from_args,
     table_note,
-    tiling_from_args,
+    tiling_that_fits,
 )
 
 
@@ -112,11 +112,14 @@ def run(args) -> int:
     from simulator.explain.model import PAIR, predict_pair
 
     hw = hardware_from_args(args)
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, PAIR, hw)
     compiled = {name: compiled_from_args(args, problem, tiling, name, hw) for name in PAIR}
     preds = predict_pair(problem, tiling, hw, compiled)
     if args.json:
         print_json(preds)
     else:
+        if tiling_note:
+            print(tiling_note)
         render(preds)
     return 0

@@ -11,7 +11,7 @@ from simulator.cli.common import (
     hardware_from_args,
     print_json,
     problem_from_args,
-    tiling_from_args,
+    tiling_that_fits,
 )
 
 
@@ -29,7 +29,8 @@ def run(args) -> int:
     from simulator.prediction import count_prediction
 
     hw = hardware_from_args(args)
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, (args.schedule,), hw)
     compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
     pred = count_prediction(problem, tiling, args.schedule, hw, compiled)
     if args.json:
@@ -37,5 +38,7 @@ def run(args) -> int:
     else:
         from simulator.cli.render import counts_tables, print_tables
 
+        if tiling_note:
+            print(tiling_note)
         print_tables(counts_tables(pred))
     return 0

@@ -70,17 +70,19 @@ def run(args: argparse.Namespace) -> int:
         hardware_from_args,
         print_json,
         problem_from_args,
-        tiling_from_args,
+        tiling_that_fits,
     )
     from simulator.explain import report
     from simulator.explain.common import parse_int_list
+    from simulator.explain.model import PAIR
     from traces.tiling import Tiling
 
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
     blocks = tuple(parse_int_list(args.sweep_blocks, "sweep-blocks"))
     for b in blocks:
         Tiling(block_m=b, block_n=b)  # same message as any bad block size
     hw = hardware_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, PAIR, hw)
     out_dir = Path(args.out).parent
     if not out_dir.is_dir():  # fail before simulating, not after
         raise UserError(f"cannot write {args.out}: directory {out_dir} does not exist")
@@ -94,5 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
+        if tiling_note:
+            print(tiling_note)
         sys.stdout.write(f"wrote {args.out}\n")
     return 0

@@ -30,14 +30,15 @@ def run(args: argparse.Namespace) -> int:
         print_json,
         problem_from_args,
         table_compiled_pair,
-        tiling_from_args,
+        tiling_that_fits,
     )
     from simulator.explain import model, roofline
     from simulator.explain.common import check_plot_path
 
     check_plot_path(args.plot)
     hw = hardware_from_args(args)
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, model.PAIR, hw)
     # the kernels tilesim's table of compiles has take their resources from it
     preds = model.predict_pair(problem, tiling, hw, table_compiled_pair(problem, tiling, hw))
     result = roofline.roofline(problem, tiling, hw, preds=preds)
@@ -46,5 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
+        if tiling_note:
+            print(tiling_note)
         roofline.print_render(result)
     return 0

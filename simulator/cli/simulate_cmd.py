@@ -21,7 +21,7 @@ from simulator.cli.common import (
     hardware_from_args,
     print_json,
     problem_from_args,
-    tiling_from_args,
+    tiling_that_fits,
 )
 from simulator.sim import L2_STARTS
 from traces.schedules.mma_layout import MMA_TILE_M as MMA_ROWS
@@ -53,7 +53,8 @@ def run(args) -> int:
 
     hw = hardware_from_args(args)
     check_output_paths(args.timeline)
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, (args.schedule,), hw)
     compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
     pred, sim = predict(problem, tiling, args.schedule, hw, args.mode, compiled,
                         args.l2_start)
@@ -66,6 +67,8 @@ def run(args) -> int:
         return 0
     from simulator.cli.render import counts_tables, print_tables
 
+    if tiling_note:
+        print(tiling_note)
     print_tables(counts_tables(pred) + [timing_table(pred)])
     for note in repeated_work_notes(pred):
         print(note)

@@ -17,7 +17,7 @@ from simulator.cli.common import (
     check_output_paths,
     hardware_from_args,
     problem_from_args,
-    tiling_from_args,
+    tiling_that_fits,
     write_atomically,
 )
 
@@ -46,7 +46,10 @@ def run(args) -> int:
 
     check_output_paths(args.out)
     hw = hardware_from_args(args)
-    problem, tiling = problem_from_args(args), tiling_from_args(args)
+    problem = problem_from_args(args)
+    tiling, tiling_note = tiling_that_fits(args, problem, (args.schedule,), hw)
+    if tiling_note:
+        sys.stderr.write(tiling_note + "\n")
     if args.format == "chrome":
         from simulator.cli.render import fmt_time
         from simulator.sim import predict
