@@ -7,7 +7,9 @@
 # stall_ids_next.txt, not yet run: FA2's spilling forward (d = 128, 128x64, 4 warps) and
 # dK/dV at 128x64 with 8 warps, causal and not, beside a tiling that does not spill, and
 # naive attention at N = 8k and 16k, causal and not, whose softmax at 16k causal took twice
-# the non-causal's time; naive last, since replaying its N x N kernels costs most). The
+# the non-causal's time; naive last, since replaying its N x N kernels costs most;
+# stall_ids_open.txt, not yet run, first in line: the configs behind the shapes whose
+# tilings the model still ranks wrong, BENCHMARKS.md "How a GPU session runs it"). The
 # matrix run (run_device.sh) measures time and traffic; this run explains the compute side,
 # which the model's time missed most (BENCHMARKS.md, "Validation"). Read the folders with
 # python -m validation.stalls; validation/records/raw/h200-stalls-2026-11-30 holds both.
