@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from validation import overheads
+from traces.problem import AttentionProblem
+from traces.tiling import Tiling
+from validation import ctas_per_sm, overheads
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -286,3 +288,31 @@ def test_mma_chain_computes_the_dependent_products(rows, k, warps):
     # Not the single product: the steps compound.
     single = (a.double() @ b.double()).to(torch.bfloat16).double()
     assert not torch.allclose(out.double(), single, rtol=2e-2, atol=2e-2)
+
+
+def test_precompile_covers_every_attention_call_once_per_compile():
+    """``compile_configs``: one config per kernel set Triton compiles (head counts and
+    query lengths other than 1 or a multiple of 16 share one), and the host code of each,
+    run with its launches intercepted on empty CPU tensors as the device's compile
+    workers run it, launches the kernels its calls time."""
+    pytest.importorskip("triton")
+    from validation.compile import capture_launches, compile_tasks
+
+    chosen = overheads.calls()
+    configs = overheads.compile_configs(chosen)
+    assert len(compile_tasks(configs)) == len(configs)  # the keys are unique
+    attention = [c for c in chosen if "schedule" in c.detail.get("sweep", c.detail)]
+    # 4 decode calls and their parts, the FA2 forward, the sweep's 25 calls; 15 compiles
+    assert len(attention) == 4 + 6 + 1 + len(ctas_per_sm.specs()) and len(configs) == 15
+    launched = {}
+    for cfg in configs:
+        problem = AttentionProblem.from_dict(dict(cfg["problem"], batch=1))
+        names = {launch.name for launch in
+                 capture_launches(cfg["schedule"], problem, Tiling(**cfg["tiling"]))}
+        launched[(cfg["schedule"], cfg["problem"]["head_dim"], cfg["problem"]["causal"],
+                  cfg["problem"]["pass_"], json.dumps(cfg["tiling"], sort_keys=True))] = names
+    for c in attention:
+        d = c.detail.get("sweep", c.detail)
+        names = launched[(d["schedule"], d["problem"]["head_dim"], d["problem"]["causal"],
+                          d["problem"]["pass_"], json.dumps(d["tiling"], sort_keys=True))]
+        assert d.get("kernel", next(iter(names))) in names, c.name

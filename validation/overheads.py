@@ -99,6 +99,7 @@ FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's flush buffer (Triton's get_empty_c
 REP_MS = 40.0  # as the matrix's records (warmup 10 ms, rep 40 ms)
 WARMUP_MS = 10.0
 MAX_REPS = 400
+PRECOMPILE_S = 90.0  # the most ``run`` spends compiling the attention kernels first
 # Before each timed call the GPU spins this many clocks (``torch.cuda._sleep``; 100 us at
 # the H200's 1.98 GHz), so that the host has queued the call's launches before the start
 # event fires: without it a call on an idle GPU (the warm mode) would time the host's
@@ -420,10 +421,34 @@ def measure(call: Callable, device, dry_run: bool,
     return out
 
 
+def compile_configs(chosen: list[Call]) -> list[dict]:
+    """The attention kernels of ``chosen`` calls as configs for
+    ``validation.compile.precompile`` (schedule, problem, tiling and a compile key; one
+    per kernel set Triton compiles): the decode and FA2 calls and the CTAs-per-SM sweep,
+    whose launches (2 to 8 heads, rows of 66 blocks) the matrix's compiles do not cover."""
+    configs = {}
+    for c in chosen:
+        detail = c.detail.get("sweep", c.detail)
+        if not {"schedule", "problem", "tiling"} <= detail.keys():
+            continue  # the probe's own kernels: small, compiled as they first run
+        # Triton specializes an integer argument on being 1 or a multiple of 16: launches
+        # that differ only in other head counts or query lengths share one compile.
+        problem = dict(detail["problem"], **{
+            name: (v == 1, v % 16 == 0) for name in ("heads", "kv_heads", "seq_q")
+            if isinstance(v := detail["problem"].get(name), int)})
+        key = json.dumps([detail["schedule"], problem, detail["tiling"]], sort_keys=True)
+        configs.setdefault(key, {"compile_key": key, "schedule": detail["schedule"],
+                                 "problem": detail["problem"], "tiling": detail["tiling"]})
+    return list(configs.values())
+
+
 def run(out_path: str, dry_run: bool, only: list[str] | None = None,
-        log: Callable[[str], None] = print) -> int:
+        log: Callable[[str], None] = print, precompile_s: float = PRECOMPILE_S) -> int:
     """Time every call (or those named in ``only``), appending one JSON line per call and
-    mode to ``out_path``; a call that fails is logged and recorded with its error."""
+    mode to ``out_path``; a call that fails is logged and recorded with its error. On a
+    GPU the attention kernels are compiled first, in parallel, for at most
+    ``precompile_s`` (``compile_configs``): Triton would compile each as its call first
+    ran, one after another, about a minute of the device's time."""
     import torch
 
     from validation.environment import collect
@@ -432,10 +457,16 @@ def run(out_path: str, dry_run: bool, only: list[str] | None = None,
         raise RuntimeError("no CUDA GPU here; run on the GPU machine or pass --dry-run")
     device = torch.device("cuda" if torch.cuda.is_available() and not dry_run else "cpu")
     env = collect(None)
+    chosen = [c for c in calls() if not only or c.name in only]
+    if not dry_run and precompile_s > 0:
+        from simulator.cli.common import cores
+        from validation.compile import precompile
+
+        done = precompile(compile_configs(chosen), cores(), precompile_s, log)
+        log(f"precompile: {done['done']} of {done['tasks']} kernel sets in "
+            f"{done['seconds']:.0f} s, {len(done['failed'])} failed {done['failed'][:1]}")
     failed = 0
-    for c in calls():
-        if only and c.name not in only:
-            continue
+    for c in chosen:
         detail = c.detail
         if dry_run:
             detail = dict(detail, note="dry run: tiny sizes, not these",
