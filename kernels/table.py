@@ -27,9 +27,27 @@ lengths and query heads are multiples of 16 and whose K/V heads are the query he
   up to a power of two), causal and not, bf16 and fp16; its backward's five kernels at
   head_dim 64 and 128 in bf16.
 
+A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
+(``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
+attention's matmuls, every tiling) their facts are equal but for the dtype
+(``tests/test_kernel_table.py``). A sample of the backward's kernels compiled in fp16 here
+(Triton 3.6.0, 2026-12-06; 12 tilings, d = 64 and 128, FA2's causal and not) matched the
+table's bf16 rows in every fact for the kernels whose work is matmuls: FA2's dQ and dK/dV
+(96 jobs) and naive attention's dV, dP, dQ and dK (96 jobs). The two elementwise kernels
+differ a little, by their conversions: FA2's preprocess (registers within 19%, its
+instructions 5-15% fewer in fp16, and in 2 of 48 jobs no spills where bf16 spills) and
+naive attention's dS (registers −15% to +3%, 5-15% fewer instructions before its loop);
+their bf16 rows still stand in, where the estimate puts the preprocess's registers 2-7
+times off. Naive softmax, which the table holds in
+both, shows the same kind of difference (fp16 up to 11% fewer instructions, other
+registers at the longest rows).
+
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
 and group size as well).
+
+The sample is ``python -m kernels.table check-stand-in`` (under the table's Triton;
+about four minutes on two cores): per kernel, the facts that differ and by how much.
 
 Build (9,160 jobs: about three hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
@@ -60,6 +78,9 @@ LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows":
 # naive_softmax holds a whole row of scores in registers, ROW = the key length rounded up to
 # a power of two: one compile per row width, launched with that many queries and keys.
 SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
+# A dtype whose compile another's row stands for, where the table lacks its own (module
+# docstring): fp16's backward kernels, from their bf16 compiles.
+STAND_IN = {"fp16": "bf16"}
 VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
              for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
                                                        (False, True))]
@@ -144,16 +165,20 @@ def lookup(key: str) -> dict | None:
 def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
     """The table's rows of the named kernels for one attention problem (a
     ``traces.problem.AttentionProblem``, launched as ``kernels`` launch it) and tiling, by
-    kernel name: those it has, none where it is stale; keyed as
+    kernel name: those it has (in the dtype that ``STAND_IN`` names where it has the
+    problem's dtype not), none where it is stale; keyed as
     ``resources.schedule_resources`` compiles them."""
     shape = resources.problem_shape(problem)
     rows = {}
     for name in names:
-        if name in resources.KERNELS:
-            row = lookup(resources.job_key(name, ARCH, problem.dtype, problem.head_dim,
-                                           tiling, **shape))
+        if name not in resources.KERNELS:
+            continue
+        for dtype in (problem.dtype, STAND_IN.get(problem.dtype)):
+            row = dtype and lookup(resources.job_key(name, ARCH, dtype, problem.head_dim,
+                                                     tiling, **shape))
             if row is not None:
                 rows[name] = row
+                break
     return rows
 
 
@@ -189,7 +214,49 @@ def build(out: Path = TABLE, workers: int | None = None) -> int:
     return len(rows)
 
 
+def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None) -> dict:
+    """Compile ``samples`` tilings (drawn with ``seed`` from the sweep space) of every kernel
+    the table holds only in a ``STAND_IN`` dtype, in the dtype it stands for, and compare
+    each compile's facts with the row that stands in: per kernel, the jobs compared, and per
+    fact that differed, how many and the range of compiled / table (module docstring)."""
+    import random
+
+    tilings = random.Random(seed).sample(sweep_space(), samples)
+    held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"]) for v in VARIANTS}
+    report: dict[str, dict] = {}
+    for v in VARIANTS:
+        for dtype, stand_in in STAND_IN.items():
+            if v["dtype"] != stand_in or (v["kernel"], dtype, v["head_dim"],
+                                          v["causal"]) in held:
+                continue
+            shape = variant_shape(v)
+            compiled = resources.measure([v["kernel"]], archs=(ARCH,), dtype=dtype,
+                                         head_dim=v["head_dim"], tilings=tilings,
+                                         workers=workers, **shape)
+            entry = report.setdefault(v["kernel"], {"jobs": 0, "differ": {}})
+            for tiling, result in zip(tilings, compiled, strict=True):
+                row = lookup(resources.job_key(v["kernel"], ARCH, stand_in, v["head_dim"],
+                                               tiling, **shape))
+                mine = result.to_dict()
+                entry["jobs"] += 1
+                for fact, value in (row or {}).items():
+                    if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
+                            or mine.get(fact) == value:
+                        continue  # the tiling: a compile shared by tilings names its first
+                    d = entry["differ"].setdefault(fact, {"jobs": 0, "ratio": None})
+                    d["jobs"] += 1
+                    if isinstance(value, (int, float)) and value and \
+                            isinstance(mine.get(fact), (int, float)):
+                        r = mine[fact] / value
+                        lo, hi = d["ratio"] or (r, r)
+                        d["ratio"] = (min(lo, r), max(hi, r))
+    return report
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["build"]:
-        sys.exit("usage: python -m kernels.table build")
-    print(f"{build()} compiles in {TABLE}")
+    if sys.argv[1:] == ["build"]:
+        print(f"{build()} compiles in {TABLE}")
+    elif sys.argv[1:] == ["check-stand-in"]:
+        print(json.dumps(check_stand_in(), indent=1))
+    else:
+        sys.exit("usage: python -m kernels.table build | check-stand-in")

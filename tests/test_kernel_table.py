@@ -167,19 +167,52 @@ def test_naive_attention_takes_the_table_for_its_row_width(capsys):
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
     """Query heads not a multiple of 16 change the compile's specialization; sm_80 is
-    another compile; the backward's kernels are in the table in bf16 only (the forward of
-    the same fp16 call is)."""
+    another compile; fp8 has no compile in the table and none stands in for it."""
     odd = _simulate(capsys, heads=12)
     assert [k["resources"] for k in odd["kernels"]] == ["estimated"]
     code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
                            "1024", "--heads", "16"], capsys)
     assert code == 0, err
     assert [k["resources"] for k in json.loads(out)["kernels"]] == ["estimated"]
+    fp8 = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", "--dtype", "fp8",
+                    **{"head-dim": 64})
+    assert {k["resources"] for k in fp8["kernels"]} == {"estimated"}
+
+
+def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
+    """The evidence ``table.STAND_IN`` rests on, in the shipped table: FA2's forward and
+    naive attention's matmul kernels, at every tiling, head dim and mask, have the same
+    facts in fp16 as in bf16 but for the dtype (naive softmax does not: it stays apart)."""
+    compared = 0
+    for variant in table.VARIANTS:
+        if variant["dtype"] != "fp16" or variant["kernel"] == "naive_softmax":
+            continue
+        shape = table.variant_shape(variant)
+        for tiling in table.sweep_space():
+            rows = [table.lookup(resources.job_key(variant["kernel"], table.ARCH, dtype,
+                                                   variant["head_dim"], tiling, **shape))
+                    for dtype in ("fp16", "bf16")]
+            assert rows[0] is not None and rows[1] is not None
+            assert dict(rows[0], dtype="bf16") == rows[1], (variant, tiling)
+            compared += 1
+    assert compared == 250 * (4 + 4)  # FA2's forward: d x causal; naive QK, PV: kernel x d
+
+
+def test_fp16_backward_takes_its_bf16_compile(capsys):
+    """The backward's kernels are in the table in bf16 only; an fp16 call takes those rows
+    (the forward's fp16 row is its own), as a simulation's resources show."""
     both = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", "--dtype", "fp16",
                      **{"head-dim": 64})
-    sources = {k["name"]: k["resources"] for k in both["kernels"]}
-    assert sources.pop("fa2_fwd") == "table"
-    assert set(sources.values()) == {"estimated"}
+    assert {k["name"]: k["resources"] for k in both["kernels"]} == {
+        "fa2_fwd": "table", "fa2_bwd_preprocess": "table", "fa2_bwd_dq": "table",
+        "fa2_bwd_dkdv": "table"}
+    tiling = Tiling(block_m=128, block_n=64, num_stages=2, num_warps=4)
+    problem = AttentionProblem(batch=1, heads=16, seq_q=1024, head_dim=64, dtype="fp16",
+                               pass_="fwd+bwd")
+    rows = table.problem_rows(problem, tiling, ["fa2_fwd", "fa2_bwd_dkdv"])
+    assert rows["fa2_fwd"]["dtype"] == "fp16" and rows["fa2_bwd_dkdv"]["dtype"] == "bf16"
+    registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
+    assert registers["fa2_bwd_dkdv"] == rows["fa2_bwd_dkdv"]["registers"]
 
 
 def test_a_stale_table_is_not_used(monkeypatch, capsys):
@@ -243,3 +276,36 @@ def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(table, "TABLE", damaged)
     assert table.header() == {} and not table.current()
     assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
+
+
+def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch):
+    """``check_stand_in`` with SYNTHETIC compiles (no compiler): it compiles, in fp16, only
+    the kernels the table lacks in fp16, compares every fact of each with the bf16 row that
+    stands in (the tiling's own fields aside), and reports the jobs and the ratios."""
+    asked = []
+
+    def measure(kernels, archs, dtype, head_dim, tilings, workers=None, **shape):
+        (kernel,) = kernels
+        asked.append((kernel, dtype, head_dim, shape["causal"]))
+        out = []
+        for tiling in tilings:
+            row = table.lookup(resources.job_key(kernel, table.ARCH, "bf16", head_dim,
+                                                 tiling, **shape))
+            if kernel == "fa2_bwd_dkdv":  # a compile that differs from its stand-in
+                row = dict(row, registers=row["registers"] // 2)
+            out.append(resources.KernelResources.of_job(dict(row, dtype=dtype), tiling,
+                                                        head_dim))
+        return out
+
+    monkeypatch.setattr(resources, "measure", measure)
+    report = table.check_stand_in(samples=3)
+    assert {dtype for _, dtype, _, _ in asked} == {"fp16"}
+    assert {kernel for kernel, *_ in asked} == {
+        "fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_bwd_dv", "naive_bwd_dp",
+        "naive_bwd_ds", "naive_bwd_dq", "naive_bwd_dk"}  # none the table has in fp16
+    assert report["fa2_bwd_dq"] == {"jobs": 3 * 4, "differ": {}}  # d 64, 128 x causal
+    assert report["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
+    halved = report["fa2_bwd_dkdv"]["differ"]
+    assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 12
+    lo, hi = halved["registers"]["ratio"]
+    assert 0.49 <= lo <= hi <= 0.5
