@@ -17,7 +17,8 @@ not used once they change (``tests/test_kernel_table.py`` fails then: rebuild it
 
 Covered (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
 lengths and query heads are multiples of 16 and whose K/V heads are the query heads
-(group 1): the keys ``resources.job_key`` makes of such a launch.
+(group 1): the keys ``resources.job_key`` makes of such a launch (and, through the
+stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
 
 - FA2's forward at head_dim 64 and 128, bf16 and fp16, causal and not, and its backward's
   three kernels the same in bf16;
@@ -42,12 +43,22 @@ times off. Naive softmax, which the table holds in
 both, shows the same kind of difference (fp16 up to 11% fewer instructions, other
 registers at the longest rows).
 
+A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with as
+many K/V heads) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
+the head count on its divisibility, but the same sample at 12 heads (2026-12-06: FA2's
+forward, dQ and dK/dV, 144 jobs; naive attention's six kernels that take the head count,
+144) compiled to the 16-head rows fact for fact. What does change a compile stays
+estimated: one head (a constexpr), K/V heads shared by a group of query heads (GQA: the
+group-4 sample's registers 0.8-1.45 times the group-1 rows', other spills), and lengths
+that are not multiples of 16 (1000: registers up to 1.45 times, other spills).
+
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
 and group size as well).
 
-The sample is ``python -m kernels.table check-stand-in`` (under the table's Triton;
-about four minutes on two cores): per kernel, the facts that differ and by how much.
+The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
+about six minutes on two cores): per stand-in and kernel, the facts that differ and by
+how much.
 
 Build (9,160 jobs: about three hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
@@ -81,6 +92,8 @@ SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
 # A dtype whose compile another's row stands for, where the table lacks its own (module
 # docstring): fp16's backward kernels, from their bf16 compiles.
 STAND_IN = {"fp16": "bf16"}
+# The query heads whose compile stands for any other count but 1 and the multiples of 16.
+HEADS_STAND_IN = 16
 VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
              for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
                                                        (False, True))]
@@ -166,16 +179,21 @@ def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
     """The table's rows of the named kernels for one attention problem (a
     ``traces.problem.AttentionProblem``, launched as ``kernels`` launch it) and tiling, by
     kernel name: those it has (in the dtype that ``STAND_IN`` names where it has the
-    problem's dtype not), none where it is stale; keyed as
+    problem's dtype not, at ``HEADS_STAND_IN`` query heads where it has the problem's
+    not), none where it is stale; keyed as
     ``resources.schedule_resources`` compiles them."""
     shape = resources.problem_shape(problem)
+    shapes = [shape]
+    if shape["heads"] != 1 and shape["heads"] % 16:
+        shapes.append(dict(shape, heads=HEADS_STAND_IN))
+    dtypes = [problem.dtype] + ([STAND_IN[problem.dtype]] if problem.dtype in STAND_IN else [])
     rows = {}
     for name in names:
         if name not in resources.KERNELS:
             continue
-        for dtype in (problem.dtype, STAND_IN.get(problem.dtype)):
-            row = dtype and lookup(resources.job_key(name, ARCH, dtype, problem.head_dim,
-                                                     tiling, **shape))
+        for dtype, launch in itertools.product(dtypes, shapes):
+            row = lookup(resources.job_key(name, ARCH, dtype, problem.head_dim, tiling,
+                                           **launch))
             if row is not None:
                 rows[name] = row
                 break
@@ -215,41 +233,47 @@ def build(out: Path = TABLE, workers: int | None = None) -> int:
 
 
 def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None) -> dict:
-    """Compile ``samples`` tilings (drawn with ``seed`` from the sweep space) of every kernel
-    the table holds only in a ``STAND_IN`` dtype, in the dtype it stands for, and compare
-    each compile's facts with the row that stands in: per kernel, the jobs compared, and per
-    fact that differed, how many and the range of compiled / table (module docstring)."""
+    """Compile ``samples`` tilings (drawn with ``seed`` from the sweep space) of each
+    launch a row of the table stands for and compare the compile's facts with that row
+    (module docstring): per stand-in ("fp16": the kernels the table holds only in bf16,
+    compiled in fp16; "heads 12": every bf16 kernel that takes the head count, at 12 query
+    heads) and kernel, the jobs compared, and per fact that differed, how many and the
+    range of compiled / table."""
     import random
 
     tilings = random.Random(seed).sample(sweep_space(), samples)
     held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"]) for v in VARIANTS}
-    report: dict[str, dict] = {}
+    cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
     for v in VARIANTS:
+        shape = variant_shape(v)
         for dtype, stand_in in STAND_IN.items():
-            if v["dtype"] != stand_in or (v["kernel"], dtype, v["head_dim"],
-                                          v["causal"]) in held:
-                continue
-            shape = variant_shape(v)
-            compiled = resources.measure([v["kernel"]], archs=(ARCH,), dtype=dtype,
-                                         head_dim=v["head_dim"], tilings=tilings,
-                                         workers=workers, **shape)
-            entry = report.setdefault(v["kernel"], {"jobs": 0, "differ": {}})
-            for tiling, result in zip(tilings, compiled, strict=True):
-                row = lookup(resources.job_key(v["kernel"], ARCH, stand_in, v["head_dim"],
-                                               tiling, **shape))
-                mine = result.to_dict()
-                entry["jobs"] += 1
-                for fact, value in (row or {}).items():
-                    if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
-                            or mine.get(fact) == value:
-                        continue  # the tiling: a compile shared by tilings names its first
-                    d = entry["differ"].setdefault(fact, {"jobs": 0, "ratio": None})
-                    d["jobs"] += 1
-                    if isinstance(value, (int, float)) and value and \
-                            isinstance(mine.get(fact), (int, float)):
-                        r = mine[fact] / value
-                        lo, hi = d["ratio"] or (r, r)
-                        d["ratio"] = (min(lo, r), max(hi, r))
+            if v["dtype"] == stand_in and (v["kernel"], dtype, v["head_dim"],
+                                           v["causal"]) not in held:
+                cases.append((dtype, v, dtype, shape))
+        if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
+            cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))
+    report: dict[str, dict] = {}
+    for case, v, dtype, shape in cases:
+        compiled = resources.measure([v["kernel"]], archs=(ARCH,), dtype=dtype,
+                                     head_dim=v["head_dim"], tilings=tilings,
+                                     workers=workers, **shape)
+        entry = report.setdefault(case, {}).setdefault(v["kernel"], {"jobs": 0, "differ": {}})
+        for tiling, result in zip(tilings, compiled, strict=True):
+            row = lookup(resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"],
+                                           tiling, **variant_shape(v)))
+            mine = result.to_dict()
+            entry["jobs"] += 1
+            for fact, value in (row or {}).items():
+                if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
+                        or mine.get(fact) == value:
+                    continue  # the tiling: a compile shared by tilings names its first
+                d = entry["differ"].setdefault(fact, {"jobs": 0, "ratio": None})
+                d["jobs"] += 1
+                if isinstance(value, (int, float)) and value and \
+                        isinstance(mine.get(fact), (int, float)):
+                    r = mine[fact] / value
+                    lo, hi = d["ratio"] or (r, r)
+                    d["ratio"] = (min(lo, r), max(hi, r))
     return report
 
 

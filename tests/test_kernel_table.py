@@ -166,10 +166,11 @@ def test_naive_attention_takes_the_table_for_its_row_width(capsys):
 
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
-    """Query heads not a multiple of 16 change the compile's specialization; sm_80 is
-    another compile; fp8 has no compile in the table and none stands in for it."""
-    odd = _simulate(capsys, heads=12)
-    assert [k["resources"] for k in odd["kernels"]] == ["estimated"]
+    """GQA and lengths that are not multiples of 16 change the compile; sm_80 is another
+    compile; fp8 has no compile in the table and none stands in for it."""
+    for launch in ({"heads": 32, "kv-heads": 8}, {"seq": 1000}):
+        other = _simulate(capsys, **launch)
+        assert [k["resources"] for k in other["kernels"]] == ["estimated"], launch
     code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
                            "1024", "--heads", "16"], capsys)
     assert code == 0, err
@@ -279,19 +280,20 @@ def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
 
 
 def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch):
-    """``check_stand_in`` with SYNTHETIC compiles (no compiler): it compiles, in fp16, only
-    the kernels the table lacks in fp16, compares every fact of each with the bf16 row that
-    stands in (the tiling's own fields aside), and reports the jobs and the ratios."""
+    """``check_stand_in`` with SYNTHETIC compiles (no compiler): it compiles in fp16 only the
+    kernels the table lacks in fp16, at 12 heads every kernel that takes the head count,
+    compares every fact of each with the row that stands in (the tiling's own fields
+    aside), and reports the jobs and the ratios."""
     asked = []
 
     def measure(kernels, archs, dtype, head_dim, tilings, workers=None, **shape):
         (kernel,) = kernels
-        asked.append((kernel, dtype, head_dim, shape["causal"]))
+        asked.append((kernel, dtype, head_dim, shape["causal"], shape["heads"]))
         out = []
         for tiling in tilings:
             row = table.lookup(resources.job_key(kernel, table.ARCH, "bf16", head_dim,
-                                                 tiling, **shape))
-            if kernel == "fa2_bwd_dkdv":  # a compile that differs from its stand-in
+                                                 tiling, **dict(shape, heads=16)))
+            if kernel == "fa2_bwd_dkdv" and dtype == "fp16":  # differs from its stand-in
                 row = dict(row, registers=row["registers"] // 2)
             out.append(resources.KernelResources.of_job(dict(row, dtype=dtype), tiling,
                                                         head_dim))
@@ -299,13 +301,35 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
 
     monkeypatch.setattr(resources, "measure", measure)
     report = table.check_stand_in(samples=3)
-    assert {dtype for _, dtype, _, _ in asked} == {"fp16"}
-    assert {kernel for kernel, *_ in asked} == {
-        "fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_bwd_dv", "naive_bwd_dp",
-        "naive_bwd_ds", "naive_bwd_dq", "naive_bwd_dk"}  # none the table has in fp16
-    assert report["fa2_bwd_dq"] == {"jobs": 3 * 4, "differ": {}}  # d 64, 128 x causal
-    assert report["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
-    halved = report["fa2_bwd_dkdv"]["differ"]
+    assert set(report) == {"fp16", "heads 12"}
+    assert {(k, dtype) for k, dtype, *_ in asked if dtype == "fp16"} == {
+        (k, "fp16") for k in ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv",
+                              "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
+                              "naive_bwd_dq", "naive_bwd_dk")}  # none the table has in fp16
+    assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
+        "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
+        "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
+    assert report["fp16"]["fa2_bwd_dq"] == {"jobs": 3 * 4, "differ": {}}  # d x causal
+    assert report["fp16"]["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
+    assert report["heads 12"]["fa2_bwd_dkdv"] == {"jobs": 3 * 4, "differ": {}}
+    halved = report["fp16"]["fa2_bwd_dkdv"]["differ"]
     assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 12
     lo, hi = halved["registers"]["ratio"]
     assert 0.49 <= lo <= hi <= 0.5
+
+
+def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
+    """``HEADS_STAND_IN``: 12 and 40 query heads take the table's 16-head rows; one head (a
+    constexpr) and GQA (a group of query heads per K/V head) compile otherwise and stay
+    estimated."""
+    tiling = Tiling(block_m=128, block_n=64, num_stages=2, num_warps=4)
+
+    def rows(heads, kv_heads):
+        problem = AttentionProblem(batch=1, heads=heads, kv_heads=kv_heads, seq_q=1024,
+                                   head_dim=128, pass_="fwd+bwd")
+        return table.problem_rows(problem, tiling, ["fa2_fwd", "fa2_bwd_dkdv"])
+
+    assert rows(12, 12) == rows(40, 40) == rows(16, 16) and len(rows(16, 16)) == 2
+    assert rows(1, 1) == rows(32, 8) == {}
+    sources = {k["name"]: k["resources"] for k in _simulate(capsys, heads=12)["kernels"]}
+    assert sources == {"fa2_fwd": "table"}
