@@ -26,7 +26,10 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
   fp16 (they know no mask), and its softmax, which holds a row of scores in registers, for
   every row width from 16 to 131072 keys (``SOFTMAX_ROWS``; a launch's key length rounded
   up to a power of two), causal and not, bf16 and fp16; its backward's five kernels at
-  head_dim 64 and 128 in bf16.
+  head_dim 64 and 128 in bf16;
+- FA2's forward with GQA, at head_dim 64 and 128, causal and not, in bf16: K/V heads
+  shared by ``GQA_GROUP`` (4) query heads, which stands for every group size but 1 and the
+  multiples of 16 (Triton's specialization; the backward with GQA is not in the table).
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -48,9 +51,10 @@ many K/V heads) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton spe
 the head count on its divisibility, but the same sample at 12 heads (2026-12-06: FA2's
 forward, dQ and dK/dV, 144 jobs; naive attention's six kernels that take the head count,
 144) compiled to the 16-head rows fact for fact. What does change a compile stays
-estimated: one head (a constexpr), K/V heads shared by a group of query heads (GQA: the
-group-4 sample's registers 0.8-1.45 times the group-1 rows', other spills), and lengths
-that are not multiples of 16 (1000: registers up to 1.45 times, other spills).
+estimated: one head (a constexpr), GQA where the table has no compile of it (its group-4
+sample's registers were 0.8-1.45 times the group-1 rows', with other spills: FA2's forward
+has its own GQA rows, its backward not), and lengths that are not multiples of 16 (1000:
+registers up to 1.45 times, other spills).
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
@@ -60,9 +64,11 @@ The samples are ``python -m kernels.table check-stand-in`` (under the table's Tr
 about six minutes on two cores): per stand-in and kernel, the facts that differ and by
 how much.
 
-Build (9,160 jobs: about three hours on two cores from nothing; 46 minutes where
+Build (10,160 jobs: about three hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
-``resources``' cache are not redone)::
+``resources``' cache are not redone, nor the rows of a current table of the same Triton,
+so adding a variant compiles that variant alone: the four GQA variants, 1,000 jobs, took
+17 minutes)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -94,6 +100,10 @@ SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
 STAND_IN = {"fp16": "bf16"}
 # The query heads whose compile stands for any other count but 1 and the multiples of 16.
 HEADS_STAND_IN = 16
+# The group size (query heads per K/V head) the GQA variants are compiled with: Triton
+# specializes it on being 1 or a multiple of 16, so one compile serves 2 to 15 and their
+# like (the groups of Llama's and Mistral's GQA: 4, 5, 8).
+GQA_GROUP = 4
 VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
              for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
                                                        (False, True))]
@@ -114,15 +124,21 @@ VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": caus
             + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": False}
                for kernel, d in itertools.product(
                    ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
-                    "naive_bwd_dk"), (64, 128))])
+                    "naive_bwd_dk"), (64, 128))]
+            # FA2's forward with GQA: K/V heads shared by GQA_GROUP query heads (since
+            # 2026-12-06)
+            + [{"kernel": "fa2_fwd", "head_dim": d, "dtype": "bf16", "causal": causal,
+                "group": GQA_GROUP}
+               for d, causal in itertools.product((64, 128), (False, True))])
 
 
 def variant_shape(variant: dict) -> dict:
     """``resources.measure``'s launch keywords of one variant: ``LAUNCH``, its mask, and
-    its sequence lengths where it has its own (``seq``)."""
+    its sequence lengths (``seq``) and group size (``group``) where it has its own."""
     seq = variant.get("seq")
     lengths = {} if seq is None else {"seq_q": seq, "seq_kv": seq}
-    return dict(LAUNCH, causal=variant["causal"], **lengths)
+    group = {} if "group" not in variant else {"group": variant["group"]}
+    return dict(LAUNCH, causal=variant["causal"], **lengths, **group)
 
 
 # ``tilesim sweep``'s tiling space (simulator.cli.sweep_cmd: BLOCKS, STAGES, WARPS).
@@ -202,20 +218,29 @@ def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
 
 def build(out: Path = TABLE, workers: int | None = None) -> int:
     """Compile every variant over the sweep space (``resources.measure``, whose cache keeps
-    what is done) and write the table atomically; returns the number of jobs."""
+    what is done) and write the table atomically; returns the number of jobs. The rows of
+    the table as it is are kept, not compiled again, where it is current and of this
+    Triton: adding a variant compiles that variant alone."""
     import triton
 
     tilings = sweep_space()
+    kept = _load()[1] if current() and header().get("triton") == triton.__version__ else {}
     rows: dict[str, dict] = {}
     for v in VARIANTS:
         shape = variant_shape(v)
+        keys = [resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"], tiling,
+                                  **shape) for tiling in tilings]
+        rows.update({key: kept[key] for key in keys if key in kept})
+        todo = [(key, tiling) for key, tiling in zip(keys, tilings, strict=True)
+                if key not in rows]
+        if not todo:
+            continue
         print(f"compiling {v} ...", file=sys.stderr, flush=True)
         results = resources.measure([v["kernel"]], archs=(ARCH,), dtype=v["dtype"],
-                                    head_dim=v["head_dim"], tilings=tilings,
+                                    head_dim=v["head_dim"],
+                                    tilings=[tiling for _, tiling in todo],
                                     workers=workers, **shape)
-        for tiling, result in zip(tilings, results, strict=True):
-            key = resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"], tiling,
-                                    **shape)
+        for (key, _), result in zip(todo, results, strict=True):
             rows[key] = result.to_dict()
     head = {"schema": SCHEMA, "triton": triton.__version__, "arch": ARCH,
             "sources": resources.sources_digest(), "launch": LAUNCH, "variants": VARIANTS,
@@ -242,13 +267,14 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
     import random
 
     tilings = random.Random(seed).sample(sweep_space(), samples)
-    held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"]) for v in VARIANTS}
+    held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"], v.get("group"))
+            for v in VARIANTS}
     cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
     for v in VARIANTS:
         shape = variant_shape(v)
         for dtype, stand_in in STAND_IN.items():
-            if v["dtype"] == stand_in and (v["kernel"], dtype, v["head_dim"],
-                                           v["causal"]) not in held:
+            if v["dtype"] == stand_in and (v["kernel"], dtype, v["head_dim"], v["causal"],
+                                           v.get("group")) not in held:
                 cases.append((dtype, v, dtype, shape))
         if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
             cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))

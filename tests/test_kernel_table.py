@@ -168,9 +168,14 @@ def test_naive_attention_takes_the_table_for_its_row_width(capsys):
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
     """GQA and lengths that are not multiples of 16 change the compile; sm_80 is another
     compile; fp8 has no compile in the table and none stands in for it."""
-    for launch in ({"heads": 32, "kv-heads": 8}, {"seq": 1000}):
+    for launch in ({"heads": 32, "kv-heads": 2}, {"seq": 1000}):  # a group of 16
         other = _simulate(capsys, **launch)
         assert [k["resources"] for k in other["kernels"]] == ["estimated"], launch
+    gqa = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", heads=32,
+                    **{"kv-heads": 8})
+    assert {k["name"]: k["resources"] for k in gqa["kernels"]} == {
+        "fa2_fwd": "table", "fa2_bwd_preprocess": "table",  # it takes no head count
+        "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "estimated"}
     code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
                            "1024", "--heads", "16"], capsys)
     assert code == 0, err
@@ -305,7 +310,10 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     assert {(k, dtype) for k, dtype, *_ in asked if dtype == "fp16"} == {
         (k, "fp16") for k in ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv",
                               "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
-                              "naive_bwd_dq", "naive_bwd_dk")}  # none the table has in fp16
+                              "naive_bwd_dq", "naive_bwd_dk",
+                              "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
+    assert report["fp16"]["fa2_fwd"]["jobs"] == 3 * 4  # its GQA variants, d x causal
+    assert report["heads 12"]["fa2_fwd"]["jobs"] == 3 * 8  # and without GQA
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
         "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
         "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
@@ -330,6 +338,9 @@ def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
         return table.problem_rows(problem, tiling, ["fa2_fwd", "fa2_bwd_dkdv"])
 
     assert rows(12, 12) == rows(40, 40) == rows(16, 16) and len(rows(16, 16)) == 2
-    assert rows(1, 1) == rows(32, 8) == {}
+    assert rows(1, 1) == {}
+    # GQA: the forward's own rows (any group but 1 and the multiples of 16), no backward's
+    assert rows(32, 8).keys() == {"fa2_fwd"} and rows(32, 8) == rows(20, 5) == rows(24, 12)
+    assert rows(32, 8) != rows(32, 32)
     sources = {k["name"]: k["resources"] for k in _simulate(capsys, heads=12)["kernels"]}
     assert sources == {"fa2_fwd": "table"}
