@@ -37,24 +37,24 @@ attention's matmuls, every tiling) their facts are equal but for the dtype
 (``tests/test_kernel_table.py``). A sample of the backward's kernels compiled in fp16 here
 (Triton 3.6.0, 2026-12-06; 12 tilings, d = 64 and 128, FA2's causal and not) matched the
 table's bf16 rows in every fact for the kernels whose work is matmuls: FA2's dQ and dK/dV
-(96 jobs), its forward with GQA (48) and naive attention's dV, dP, dQ and dK (96 jobs). The two elementwise kernels
-differ a little, by their conversions: FA2's preprocess (registers within 19%, its
-instructions 5-15% fewer in fp16, and in 2 of 48 jobs no spills where bf16 spills) and
-naive attention's dS (registers −15% to +3%, 5-15% fewer instructions before its loop);
-their bf16 rows still stand in, where the estimate puts the preprocess's registers 2-7
-times off. Naive softmax, which the table holds in
-both, shows the same kind of difference (fp16 up to 11% fewer instructions, other
-registers at the longest rows).
+(96 jobs), its forward with GQA (48) and naive attention's dV, dP, dQ and dK (96 jobs).
+The two elementwise kernels differ a little, by their conversions: FA2's preprocess
+(registers within 19%, its instructions 5-15% fewer in fp16, and in 2 of 48 jobs no spills
+where bf16 spills) and naive attention's dS (registers −15% to +3%, 5-15% fewer
+instructions before its loop); their bf16 rows still stand in, where the estimate puts the
+preprocess's registers 2-7 times off. Naive softmax, which the table holds in both, shows
+the same kind of difference (fp16 up to 11% fewer instructions, other registers at the
+longest rows).
 
-A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with as
-many K/V heads) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
+A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with GQA
+too) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
 the head count on its divisibility, but the same sample at 12 heads (2026-12-06: FA2's
 forward with and without GQA, dQ and dK/dV, 192 jobs; naive attention's six kernels that
-take the head count, 144) compiled to the 16-head rows fact for fact. What does change a compile stays
-estimated: one head (a constexpr), GQA where the table has no compile of it (its group-4
-sample's registers were 0.8-1.45 times the group-1 rows', with other spills: FA2's forward
-has its own GQA rows, its backward not), and lengths that are not multiples of 16 (1000:
-registers up to 1.45 times, other spills).
+take the head count, 144) compiled to the 16-head rows fact for fact. What does change a
+compile stays estimated: one head (a constexpr), GQA where the table has no compile of it
+(its group-4 sample's registers were 0.8-1.45 times the group-1 rows', with other spills:
+FA2's forward has its own GQA rows, its backward not), and lengths that are not multiples
+of 16 (1000: registers up to 1.45 times, other spills).
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
