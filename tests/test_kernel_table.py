@@ -114,6 +114,12 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   tilings=[tiling], workers=1, **shape)
     row = table.lookup(resources.job_key("naive_softmax", 90, "bf16", 128, tiling, **shape))
     assert resources.KernelResources.of_job(row, tiling, 128) == result
+    # FA2's forward with GQA, compiled at a group of 8: the group-4 row stands for it
+    tiling, gqa = Tiling(128, 64, 2, 4), resources.launch_shape(4096, 32, 8)
+    (result,) = resources.measure(["fa2_fwd"], dtype="bf16", head_dim=64, tilings=[tiling],
+                                  workers=1, causal=False, seq_kv=4096, **gqa)
+    problem = AttentionProblem(batch=1, heads=32, kv_heads=4, seq_q=4096, head_dim=64)
+    assert table.problem_rows(problem, tiling, ["fa2_fwd"])["fa2_fwd"] == result.to_dict()
 
 
 def test_simulate_takes_the_table_without_a_compiler(capsys):
