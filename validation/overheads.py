@@ -99,7 +99,8 @@ FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's flush buffer (Triton's get_empty_c
 REP_MS = 40.0  # as the matrix's records (warmup 10 ms, rep 40 ms)
 WARMUP_MS = 10.0
 MAX_REPS = 400
-PRECOMPILE_S = 90.0  # the most ``run`` spends compiling the attention kernels first
+PRECOMPILE_S = 45.0  # the most ``run`` spends compiling the attention kernels first (15
+# kernel sets over the GPU machine's 16 cores: about one round; within run_device.sh's 80 s)
 # Before each timed call the GPU spins this many clocks (``torch.cuda._sleep``; 100 us at
 # the H200's 1.98 GHz), so that the host has queued the call's launches before the start
 # event fires: without it a call on an idle GPU (the warm mode) would time the host's
