@@ -181,7 +181,7 @@ def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
                     **{"kv-heads": 8})
     assert {k["name"]: k["resources"] for k in gqa["kernels"]} == {
         "fa2_fwd": "table", "fa2_bwd_preprocess": "table",  # it takes no head count
-        "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "estimated"}
+        "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "table"}  # dQ with GQA: not in it
     code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
                            "1024", "--heads", "16"], capsys)
     assert code == 0, err
@@ -325,9 +325,9 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
         "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
     assert report["fp16"]["fa2_bwd_dq"] == {"jobs": 3 * 4, "differ": {}}  # d x causal
     assert report["fp16"]["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
-    assert report["heads 12"]["fa2_bwd_dkdv"] == {"jobs": 3 * 4, "differ": {}}
+    assert report["heads 12"]["fa2_bwd_dkdv"] == {"jobs": 3 * 8, "differ": {}}  # and GQA
     halved = report["fp16"]["fa2_bwd_dkdv"]["differ"]
-    assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 12
+    assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 24
     lo, hi = halved["registers"]["ratio"]
     assert 0.49 <= lo <= hi <= 0.5
 
@@ -345,8 +345,9 @@ def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
 
     assert rows(12, 12) == rows(40, 40) == rows(16, 16) and len(rows(16, 16)) == 2
     assert rows(1, 1) == {}
-    # GQA: the forward's own rows (any group but 1 and the multiples of 16), no backward's
-    assert rows(32, 8).keys() == {"fa2_fwd"} and rows(32, 8) == rows(20, 5) == rows(24, 12)
+    # GQA: the forward's and dK/dV's own rows (any group but 1 and the multiples of 16)
+    assert rows(32, 8).keys() == {"fa2_fwd", "fa2_bwd_dkdv"}
+    assert rows(32, 8) == rows(20, 5) == rows(24, 12)
     assert rows(32, 8) != rows(32, 32)
     sources = {k["name"]: k["resources"] for k in _simulate(capsys, heads=12)["kernels"]}
     assert sources == {"fa2_fwd": "table"}
