@@ -115,6 +115,13 @@ def test_default_tiling_that_cannot_fit_falls_back_to_smaller_blocks(capsys):
     preds = json.loads(capsys.readouterr().out)
     assert preds["naive"]["tiling"] == preds["fa2"]["tiling"]
     assert preds["naive"]["legal"] and preds["fa2"]["legal"]
+    # only residency falls back: a split count the default's K/V blocks cannot take is
+    # refused, though 32-row blocks would take it
+    decode = ["--schedule", "decode", "--seq", "1", "--kv-seq", "128", "--split-kv", "4"]
+    assert main(["simulate", *decode]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == "tilesim: error: split_kv=4 exceeds the 2 K/V blocks of 64 rows"
+    assert out == ""
 
 
 @pytest.mark.parametrize("setting, words", [

@@ -251,8 +251,9 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
     none of ``TILE_FLAGS`` and some kernel of ``schedules`` cannot fit the default on
     ``hw``, the first of ``FALLBACK_BLOCKS`` (at the default's stages, then one) that every
     kernel fits, with a note saying so (None otherwise). Residency as ``simulator.sim``
-    checks it, from the tiles' estimate. If none fits, the default stays and the command
-    refuses it as before."""
+    checks it (``misfit``), from the tiles' estimate; a problem the schedules refuse for
+    any other reason is refused here, as the command would. If none fits, the default
+    stays and the command refuses it as before."""
     from dataclasses import replace
 
     tiling = tiling_from_args(args)
@@ -265,8 +266,7 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
         for block_m, block_n in FALLBACK_BLOCKS:
             smaller = replace(tiling, block_m=block_m, block_n=block_n, num_stages=stages)
             if _misfit(problem, smaller, schedules, hw) is None:
-                reason = why.split(" (try")[0].split("; use")[0]
-                return smaller, (f"note: {reason}; using BM={block_m} BN={block_n} stages={stages} "
+                return smaller, (f"note: {why}; using BM={block_m} BN={block_n} stages={stages} "
                                  f"warps={smaller.num_warps}, the first smaller tiling that "
                                  f"fits (--block-m, --block-n, --stages, --warps to choose; "
                                  f"tilesim sweep ranks every tiling that fits)")
@@ -275,15 +275,15 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
 
 def _misfit(problem: AttentionProblem, tiling: Tiling, schedules: tuple[str, ...],
             hw) -> str | None:
-    """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw``, or None."""
-    from simulator.sim import check_fits
+    """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw`` (``misfit``'s
+    reason), or None; ``ProblemError`` where a schedule refuses the problem itself."""
+    from simulator.sim import misfit
     from traces.schedules import build_schedule
 
     for name in schedules:
-        try:
-            check_fits(build_schedule(problem, tiling, name), hw)
-        except ProblemError as exc:
-            return str(exc)
+        found = misfit(build_schedule(problem, tiling, name), hw)
+        if found is not None:
+            return found[0]
     return None
 
 

@@ -71,9 +71,11 @@ def _check_l2_start(l2_start: str) -> None:
                            f'{l2_start!r}.')
 
 
-def check_fits(schedule, hw: Hardware, compiled=None) -> None:
-    """Raise ``ProblemError`` (one line) if a CTA of some kernel cannot be resident at all
-    (with the registers and shared memory of ``compiled``, by kernel name, where given)."""
+def misfit(schedule, hw: Hardware, compiled=None) -> tuple[str, str] | None:
+    """Why a CTA of some kernel cannot be resident at all (with the registers and shared
+    memory of ``compiled``, by kernel name, where given), as ``(reason, advice)``: the
+    limit it exceeds, and what to change, with its punctuation; None where every kernel
+    fits."""
     from simulator.occupancy import kernel_residency
 
     for kernel in schedule.kernels:
@@ -84,22 +86,26 @@ def check_fits(schedule, hw: Hardware, compiled=None) -> None:
         t = schedule.tiling
         tiles = f"BM={t.block_m} BN={t.block_n} stages={t.num_stages} warps={t.num_warps}"
         if res.smem_per_cta_bytes > hw.smem_per_cta_max_bytes:
-            raise ProblemError(
-                f"tiling {tiles} does not fit on {hw.name}: {kernel.name} needs "
-                f"{res.smem_per_cta_bytes / 1024:.1f} KiB of shared memory per CTA, the GPU allows "
-                f"{hw.smem_per_cta_max_bytes / 1024:.1f} KiB (try smaller blocks or fewer stages)"
-            )
+            return (f"tiling {tiles} does not fit on {hw.name}: {kernel.name} needs "
+                    f"{res.smem_per_cta_bytes / 1024:.1f} KiB of shared memory per CTA, the "
+                    f"GPU allows {hw.smem_per_cta_max_bytes / 1024:.1f} KiB",
+                    " (try smaller blocks or fewer stages)")
         if t.threads > hw.max_threads_per_sm:
-            raise ProblemError(
-                f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA has "
-                f"{t.threads} threads (the SM runs at most {hw.max_threads_per_sm}); use "
-                f"fewer warps"
-            )
-        raise ProblemError(
-            f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA needs "
-            f"{res.registers_per_thread} registers x {t.threads} threads "
-            f"(the SM has {hw.registers_per_sm}); use fewer warps or smaller blocks"
-        )
+            return (f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA has "
+                    f"{t.threads} threads (the SM runs at most {hw.max_threads_per_sm})",
+                    "; use fewer warps")
+        return (f"tiling {tiles} does not fit on {hw.name}: a {kernel.name} CTA needs "
+                f"{res.registers_per_thread} registers x {t.threads} threads "
+                f"(the SM has {hw.registers_per_sm})", "; use fewer warps or smaller blocks")
+    return None
+
+
+def check_fits(schedule, hw: Hardware, compiled=None) -> None:
+    """Raise ``ProblemError`` (one line: ``misfit``'s reason and advice) if a CTA of some
+    kernel cannot be resident at all."""
+    found = misfit(schedule, hw, compiled)
+    if found is not None:
+        raise ProblemError("".join(found))
 
 
 def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
