@@ -427,17 +427,25 @@ def compile_configs(chosen: list[Call]) -> list[dict]:
     ``validation.compile.precompile`` (schedule, problem, tiling and a compile key; one
     per kernel set Triton compiles): the decode and FA2 calls and the CTAs-per-SM sweep,
     whose launches (2 to 8 heads, rows of 66 blocks) the matrix's compiles do not cover."""
+    from kernels import resources
+    from kernels.table import ARCH  # the Hopper the probe runs on
+    from traces.problem import AttentionProblem
+    from traces.schedules import build_schedule
+    from traces.tiling import Tiling
+
     configs = {}
     for c in chosen:
         detail = c.detail.get("sweep", c.detail)
         if not {"schedule", "problem", "tiling"} <= detail.keys():
             continue  # the probe's own kernels: small, compiled as they first run
-        # Triton specializes an integer argument on being 1 or a multiple of 16: launches
-        # that differ only in other head counts or query lengths share one compile.
-        problem = dict(detail["problem"], **{
-            name: (v == 1, v % 16 == 0) for name in ("heads", "kv_heads", "seq_q")
-            if isinstance(v := detail["problem"].get(name), int)})
-        key = json.dumps([detail["schedule"], problem, detail["tiling"]], sort_keys=True)
+        # Launches that compile alike (``kernels.resources.job_key``: Triton specializes an
+        # integer argument on being 1 or a multiple of 16) share one compile.
+        problem, tiling = AttentionProblem.from_dict(detail["problem"]), Tiling(**detail["tiling"])
+        shape = resources.problem_shape(problem)
+        key = json.dumps([resources.job_key(k.name, ARCH, problem.dtype, problem.head_dim,
+                                            tiling, **shape)
+                          for k in build_schedule(problem, tiling, detail["schedule"]).kernels
+                          if k.name in resources.KERNELS])
         configs.setdefault(key, {"compile_key": key, "schedule": detail["schedule"],
                                  "problem": detail["problem"], "tiling": detail["tiling"]})
     return list(configs.values())
