@@ -286,23 +286,30 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
                                      head_dim=v["head_dim"], tilings=tilings,
                                      workers=workers, **shape)
         entry = report.setdefault(case, {}).setdefault(v["kernel"], {"jobs": 0, "differ": {}})
+        own = variant_shape(v)
         for tiling, result in zip(tilings, compiled, strict=True):
             row = lookup(resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"],
-                                           tiling, **variant_shape(v)))
-            mine = result.to_dict()
+                                           tiling, **own))
             entry["jobs"] += 1
-            for fact, value in (row or {}).items():
-                if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
-                        or mine.get(fact) == value:
-                    continue  # the tiling: a compile shared by tilings names its first
-                d = entry["differ"].setdefault(fact, {"jobs": 0, "ratio": None})
-                d["jobs"] += 1
-                if isinstance(value, (int, float)) and value and \
-                        isinstance(mine.get(fact), (int, float)):
-                    r = mine[fact] / value
-                    lo, hi = d["ratio"] or (r, r)
-                    d["ratio"] = (min(lo, r), max(hi, r))
+            _tally_differences(entry["differ"], result.to_dict(), row or {})
     return report
+
+
+def _tally_differences(differ: dict, mine: dict, row: dict) -> None:
+    """Add to ``differ`` (fact -> {"jobs", "ratio": (least, most) of mine / row}) each fact
+    of a compile ``mine`` that differs from the ``row`` standing in for it; the tiling's
+    own fields aside (a compile shared by tilings names its first)."""
+    for fact, value in row.items():
+        if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
+                or mine.get(fact) == value:
+            continue
+        d = differ.setdefault(fact, {"jobs": 0, "ratio": None})
+        d["jobs"] += 1
+        if isinstance(value, (int, float)) and value and \
+                isinstance(mine.get(fact), (int, float)):
+            r = mine[fact] / value
+            lo, hi = d["ratio"] or (r, r)
+            d["ratio"] = (min(lo, r), max(hi, r))
 
 
 if __name__ == "__main__":
