@@ -27,10 +27,10 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
   every row width from 16 to 131072 keys (``SOFTMAX_ROWS``; a launch's key length rounded
   up to a power of two), causal and not, bf16 and fp16; its backward's five kernels at
   head_dim 64 and 128 in bf16;
-- FA2's forward and its backward's dK/dV (which loops over the group) with GQA, at
+- FA2's forward and its backward's dQ and dK/dV (which loops over the group) with GQA, at
   head_dim 64 and 128, causal and not, in bf16: K/V heads shared by ``GQA_GROUP`` (4)
   query heads, which stands for every group size but 1 and the multiples of 16 (Triton's
-  specialization; dQ with GQA is not in the table).
+  specialization).
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -52,10 +52,11 @@ too) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
 the head count on its divisibility, but the same sample at 12 heads (2026-12-06: FA2's
 forward with and without GQA, dQ and dK/dV, 192 jobs; naive attention's six kernels that
 take the head count, 144) compiled to the 16-head rows fact for fact. What does change a
-compile stays estimated: one head (a constexpr), GQA where the table has no compile of it
-(its group-4 sample's registers were 0.8-1.45 times the group-1 rows', with other spills:
-FA2's forward and dK/dV have their own GQA rows, dQ not), and lengths that are not multiples
-of 16 (1000: registers up to 1.45 times, other spills).
+compile has rows of its own or stays estimated: GQA has its own (a group-4 sample's
+registers were 0.8-1.45 times the group-1 rows', with other spills; the table's dQ rows at
+group 4 differ from group 1's in all 1,000 jobs, registers 0.74-1.48 times), while one head
+(a constexpr) and lengths that are not multiples of 16 (1000: registers up to 1.45 times,
+other spills) stay estimated.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
@@ -65,11 +66,11 @@ The samples are ``python -m kernels.table check-stand-in`` (under the table's Tr
 about eight minutes on two cores, a minute once ``resources``' cache holds them): per
 stand-in and kernel, the facts that differ and by how much.
 
-Build (11,160 jobs: about three hours and a half on two cores from nothing; 46 minutes where
+Build (12,160 jobs: about four hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
 ``resources``' cache are not redone, nor the rows of a current table of the same Triton,
 so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
-jobs, took 17 minutes, dK/dV's 50)::
+jobs, took 17 minutes, dK/dV's 50, dQ's 24)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -126,12 +127,12 @@ VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": caus
                for kernel, d in itertools.product(
                    ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
                     "naive_bwd_dk"), (64, 128))]
-            # FA2's forward and dK/dV with GQA: K/V heads shared by GQA_GROUP query heads
-            # (since 2026-12-06; dK/dV loops over the group)
+            # FA2's forward and backward with GQA: K/V heads shared by GQA_GROUP query
+            # heads (since 2026-12-06; dK/dV loops over the group)
             + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal,
                 "group": GQA_GROUP}
                for kernel, d, causal in itertools.product(
-                   ("fa2_fwd", "fa2_bwd_dkdv"), (64, 128), (False, True))])
+                   ("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), (64, 128), (False, True))])
 
 
 def variant_shape(variant: dict) -> dict:
@@ -269,14 +270,14 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
     import random
 
     tilings = random.Random(seed).sample(sweep_space(), samples)
-    held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"], v.get("group"))
-            for v in VARIANTS}
+    held = {(v["kernel"], v["dtype"], v["head_dim"], v["causal"], v.get("group"),
+             v.get("seq")) for v in VARIANTS}
     cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
     for v in VARIANTS:
         shape = variant_shape(v)
         for dtype, stand_in in STAND_IN.items():
             if v["dtype"] == stand_in and (v["kernel"], dtype, v["head_dim"], v["causal"],
-                                           v.get("group")) not in held:
+                                           v.get("group"), v.get("seq")) not in held:
                 cases.append((dtype, v, dtype, shape))
         if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
             cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))

@@ -181,7 +181,7 @@ def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
                     **{"kv-heads": 8})
     assert {k["name"]: k["resources"] for k in gqa["kernels"]} == {
         "fa2_fwd": "table", "fa2_bwd_preprocess": "table",  # it takes no head count
-        "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "table"}  # dQ with GQA: not in it
+        "fa2_bwd_dq": "table", "fa2_bwd_dkdv": "table"}
     code, out, err = _cli(["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--seq",
                            "1024", "--heads", "16"], capsys)
     assert code == 0, err
@@ -323,7 +323,7 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
         "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
         "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
-    assert report["fp16"]["fa2_bwd_dq"] == {"jobs": 3 * 4, "differ": {}}  # d x causal
+    assert report["fp16"]["fa2_bwd_dq"] == {"jobs": 3 * 8, "differ": {}}  # and GQA
     assert report["fp16"]["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
     assert report["heads 12"]["fa2_bwd_dkdv"] == {"jobs": 3 * 8, "differ": {}}  # and GQA
     halved = report["fp16"]["fa2_bwd_dkdv"]["differ"]
@@ -334,19 +334,19 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
 
 def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
     """``HEADS_STAND_IN``: 12 and 40 query heads take the table's 16-head rows; one head (a
-    constexpr) and GQA (a group of query heads per K/V head) compile otherwise and stay
-    estimated."""
+    constexpr) compiles otherwise and stays estimated; GQA (a group of query heads per K/V
+    head) compiles otherwise and has rows of its own."""
     tiling = Tiling(block_m=128, block_n=64, num_stages=2, num_warps=4)
 
     def rows(heads, kv_heads):
         problem = AttentionProblem(batch=1, heads=heads, kv_heads=kv_heads, seq_q=1024,
                                    head_dim=128, pass_="fwd+bwd")
-        return table.problem_rows(problem, tiling, ["fa2_fwd", "fa2_bwd_dkdv"])
+        return table.problem_rows(problem, tiling, ["fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv"])
 
-    assert rows(12, 12) == rows(40, 40) == rows(16, 16) and len(rows(16, 16)) == 2
+    assert rows(12, 12) == rows(40, 40) == rows(16, 16) and len(rows(16, 16)) == 3
     assert rows(1, 1) == {}
-    # GQA: the forward's and dK/dV's own rows (any group but 1 and the multiples of 16)
-    assert rows(32, 8).keys() == {"fa2_fwd", "fa2_bwd_dkdv"}
+    # GQA: rows of its own (any group but 1 and the multiples of 16)
+    assert rows(32, 8).keys() == {"fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv"}
     assert rows(32, 8) == rows(20, 5) == rows(24, 12)
     assert rows(32, 8) != rows(32, 32)
     sources = {k["name"]: k["resources"] for k in _simulate(capsys, heads=12)["kernels"]}
