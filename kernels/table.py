@@ -30,7 +30,11 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
 - FA2's forward and its backward's dQ and dK/dV (which loops over the group) with GQA, at
   head_dim 64 and 128, causal and not, in bf16: K/V heads shared by ``GQA_GROUP`` (4)
   query heads, which stands for every group size but 1 and the multiples of 16 (Triton's
-  specialization).
+  specialization);
+- FA2 where queries and keys both have a length off the multiples of 16 (1000, 4095, ...:
+  ``OFF_16_SEQ``, 1000, stands for them all, Triton specializing a length only on its
+  divisibility by 16): its forward at head_dim 64 and 128, bf16 and fp16, causal and not,
+  and its backward's three kernels the same in bf16.
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -54,23 +58,29 @@ forward with and without GQA, dQ and dK/dV, 192 jobs; naive attention's six kern
 take the head count, 144) compiled to the 16-head rows fact for fact. What does change a
 compile has rows of its own or stays estimated: GQA has its own (a group-4 sample's
 registers were 0.8-1.45 times the group-1 rows', with other spills; the table's dQ rows at
-group 4 differ from group 1's in all 1,000 jobs, registers 0.74-1.48 times), while one head
-(a constexpr) and lengths that are not multiples of 16 (1000: registers up to 1.45 times,
-other spills) stay estimated.
+group 4 differ from group 1's in all 1,000 jobs, registers 0.74-1.48 times), and so do
+FA2's lengths off the multiples of 16 (each forward, dQ and dK/dV row differs from the
+row at 4096 in some fact, registers 0.77-1.48 times, other spills in 12-46% of the
+tilings; the preprocess's registers in some), while one head (a constexpr), naive
+attention and GQA at such lengths, and queries and keys of which one length is a multiple
+of 16 and the other not, stay estimated.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
 and group size as well).
 
 The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
-about eight minutes on two cores, a minute once ``resources``' cache holds them): per
-stand-in and kernel, the facts that differ and by how much.
+about eight minutes on two cores for the variants before GQA's dQ and the lengths off
+the multiples of 16, which add some 20 more, seven at 4 samples; a minute once
+``resources``' cache holds them): per stand-in, kernel and launch, the facts that differ
+and by how much.
 
-Build (12,160 jobs: about four hours on two cores from nothing; 46 minutes where
+Build (16,260 jobs: about five hours and a half on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
 ``resources``' cache are not redone, nor the rows of a current table of the same Triton,
 so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
-jobs, took 17 minutes, dK/dV's 50, dQ's 24)::
+jobs, took 17 minutes, dK/dV's 50, dQ's 24; FA2 at lengths off the multiples of 16, 4,100
+jobs, 106)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -106,6 +116,10 @@ HEADS_STAND_IN = 16
 # specializes it on being 1 or a multiple of 16, so one compile serves 2 to 15 and their
 # like (the groups of Llama's and Mistral's GQA: 4, 5, 8).
 GQA_GROUP = 4
+# The sequence length FA2's variants off the multiples of 16 are compiled at: Triton
+# specializes a length only on being 1 or a multiple of 16, so one compile serves every
+# other length (1000, 1023, 4095, ...) where queries and keys both have it.
+OFF_16_SEQ = 1000
 VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
              for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
                                                        (False, True))]
@@ -132,7 +146,18 @@ VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": caus
             + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal,
                 "group": GQA_GROUP}
                for kernel, d, causal in itertools.product(
-                   ("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), (64, 128), (False, True))])
+                   ("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), (64, 128), (False, True))]
+            # FA2 at lengths that are not multiples of 16 (since 2026-12-06): its forward
+            # as above, its backward in bf16
+            + [{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal,
+                "seq": OFF_16_SEQ}
+               for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
+                                                         (False, True))]
+            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal,
+                "seq": OFF_16_SEQ}
+               for kernel, d, causal in itertools.product(
+                   ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
+                   (False, True))])
 
 
 def variant_shape(variant: dict) -> dict:
@@ -265,8 +290,10 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
     launch a row of the table stands for and compare the compile's facts with that row
     (module docstring): per stand-in ("fp16": the kernels the table holds only in bf16,
     compiled in fp16; "heads 12": every bf16 kernel that takes the head count, at 12 query
-    heads) and kernel, the jobs compared, and per fact that differed, how many and the
-    range of compiled / table."""
+    heads) and kernel (with its launch's group or lengths where they are its own:
+    ``_launch_label``), the jobs compared, and per fact that differed, how many and the
+    range of compiled / table; ``no_row`` counts the jobs the table has no row to compare
+    with (a stale table, or a variant not built yet)."""
     import random
 
     tilings = random.Random(seed).sample(sweep_space(), samples)
@@ -286,14 +313,25 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
         compiled = resources.measure([v["kernel"]], archs=(ARCH,), dtype=dtype,
                                      head_dim=v["head_dim"], tilings=tilings,
                                      workers=workers, **shape)
-        entry = report.setdefault(case, {}).setdefault(v["kernel"], {"jobs": 0, "differ": {}})
+        entry = report.setdefault(case, {}).setdefault(_launch_label(v),
+                                                       {"jobs": 0, "differ": {}})
         own = variant_shape(v)
         for tiling, result in zip(tilings, compiled, strict=True):
             row = lookup(resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"],
                                            tiling, **own))
+            if row is None:  # stale, or not built yet: nothing to compare with, said so
+                entry["no_row"] = entry.get("no_row", 0) + 1
+                continue
             entry["jobs"] += 1
-            _tally_differences(entry["differ"], result.to_dict(), row or {})
+            _tally_differences(entry["differ"], result.to_dict(), row)
     return report
+
+
+def _launch_label(variant: dict) -> str:
+    """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s:
+    "fa2_bwd_dq", "fa2_bwd_dq group 4", "fa2_fwd seq 1000"."""
+    extra = [f"{name} {variant[name]}" for name in ("group", "seq") if name in variant]
+    return " ".join([variant["kernel"], *extra])
 
 
 def _tally_differences(differ: dict, mine: dict, row: dict) -> None:

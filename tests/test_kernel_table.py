@@ -172,9 +172,10 @@ def test_naive_attention_takes_the_table_for_its_row_width(capsys):
 
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
-    """GQA and lengths that are not multiples of 16 change the compile; sm_80 is another
-    compile; fp8 has no compile in the table and none stands in for it."""
-    for launch in ({"heads": 32, "kv-heads": 2}, {"seq": 1000}):  # a group of 16
+    """A group of 16 and queries and keys of which one length is a multiple of 16 and the
+    other not change the compile; sm_80 is another compile; fp8 has no compile in the table
+    and none stands in for it."""
+    for launch in ({"heads": 32, "kv-heads": 2}, {"seq": 1000, "kv-seq": 1024}):
         other = _simulate(capsys, **launch)
         assert [k["resources"] for k in other["kernels"]] == ["estimated"], launch
     gqa = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", heads=32,
@@ -207,7 +208,9 @@ def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
             assert rows[0] is not None and rows[1] is not None
             assert dict(rows[0], dtype="bf16") == rows[1], (variant, tiling)
             compared += 1
-    assert compared == 250 * (4 + 4)  # FA2's forward: d x causal; naive QK, PV: kernel x d
+    # FA2's forward: d x causal, at lengths on and off the multiples of 16; naive QK, PV:
+    # kernel x d
+    assert compared == 250 * (4 + 4 + 4)
 
 
 def test_fp16_backward_takes_its_bf16_compile(capsys):
@@ -294,7 +297,8 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     """``check_stand_in`` with SYNTHETIC compiles (no compiler): it compiles in fp16 only the
     kernels the table lacks in fp16, at 12 heads every kernel that takes the head count,
     compares every fact of each with the row that stands in (the tiling's own fields
-    aside), and reports the jobs and the ratios."""
+    aside), and reports the jobs and the ratios per kernel and launch; a variant whose rows
+    the table lacks is counted as such, not as equal."""
     asked = []
 
     def measure(kernels, archs, dtype, head_dim, tilings, workers=None, **shape):
@@ -304,6 +308,10 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
         for tiling in tilings:
             row = table.lookup(resources.job_key(kernel, table.ARCH, "bf16", head_dim,
                                                  tiling, **dict(shape, heads=16)))
+            if row is None:  # the unbuilt variant below: any compile will do
+                row = table.lookup(resources.job_key(kernel, table.ARCH, "bf16", head_dim,
+                                                     tiling, **dict(table.LAUNCH,
+                                                                    causal=False)))
             if kernel == "fa2_bwd_dkdv" and dtype == "fp16":  # differs from its stand-in
                 row = dict(row, registers=row["registers"] // 2)
             out.append(resources.KernelResources.of_job(dict(row, dtype=dtype), tiling,
@@ -311,25 +319,56 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
         return out
 
     monkeypatch.setattr(resources, "measure", measure)
+    unbuilt = {"kernel": "fa2_bwd_dq", "head_dim": 64, "dtype": "bf16", "causal": False,
+               "group": 16}  # a group of 16: another compile, not in the table
+    monkeypatch.setattr(table, "VARIANTS", [*table.VARIANTS, unbuilt])
     report = table.check_stand_in(samples=3)
     assert set(report) == {"fp16", "heads 12"}
+    fp16, heads12 = report["fp16"], report["heads 12"]
     assert {(k, dtype) for k, dtype, *_ in asked if dtype == "fp16"} == {
         (k, "fp16") for k in ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv",
                               "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
                               "naive_bwd_dq", "naive_bwd_dk",
                               "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
-    assert report["fp16"]["fa2_fwd"]["jobs"] == 3 * 4  # its GQA variants, d x causal
-    assert report["heads 12"]["fa2_fwd"]["jobs"] == 3 * 8  # and without GQA
+    # per kernel and launch, each over d x causal: FA2's forward with GQA alone in fp16
+    assert {k for k in fp16 if k.startswith("fa2_fwd")} == {"fa2_fwd group 4"}
+    assert fp16["fa2_fwd group 4"]["jobs"] == 3 * 4
+    for launch in ("", " group 4", " seq 1000"):
+        assert heads12["fa2_fwd" + launch]["jobs"] == 3 * 4
+        assert fp16["fa2_bwd_dq" + launch] == {"jobs": 3 * 4, "differ": {}}
+        assert heads12["fa2_bwd_dkdv" + launch] == {"jobs": 3 * 4, "differ": {}}
+        halved = fp16["fa2_bwd_dkdv" + launch]["differ"]
+        assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 3 * 4
+        lo, hi = halved["registers"]["ratio"]
+        assert 0.49 <= lo <= hi <= 0.5
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
         "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
         "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
-    assert report["fp16"]["fa2_bwd_dq"] == {"jobs": 3 * 8, "differ": {}}  # and GQA
-    assert report["fp16"]["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
-    assert report["heads 12"]["fa2_bwd_dkdv"] == {"jobs": 3 * 8, "differ": {}}  # and GQA
-    halved = report["fp16"]["fa2_bwd_dkdv"]["differ"]
-    assert list(halved) == ["registers"] and halved["registers"]["jobs"] == 24
-    lo, hi = halved["registers"]["ratio"]
-    assert 0.49 <= lo <= hi <= 0.5
+    assert fp16["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
+    assert fp16["fa2_bwd_dq group 16"] == {"jobs": 0, "differ": {}, "no_row": 3}
+    assert heads12["fa2_bwd_dq group 16"] == {"jobs": 0, "differ": {}, "no_row": 3}
+
+
+def test_lengths_off_the_multiples_of_16_take_their_own_rows(capsys):
+    """Triton specializes a length on its divisibility by 16: FA2 at N = 1000 compiles
+    otherwise than at 1024 (its own rows, ``OFF_16_SEQ``), and that compile serves every
+    length off the multiples (4095 takes the same rows), forward and backward."""
+    tiling = Tiling(block_m=128, block_n=64, num_stages=2, num_warps=4)
+    names = ["fa2_fwd", "fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"]
+
+    def rows(seq, **extra):
+        problem = AttentionProblem(batch=1, heads=16, seq_q=seq, head_dim=128,
+                                   pass_="fwd+bwd", **extra)
+        return table.problem_rows(problem, tiling, names)
+
+    assert rows(1000).keys() == set(names)
+    assert rows(1000) == rows(4095)
+    assert rows(1000)["fa2_fwd"] != rows(1024)["fa2_fwd"]
+    assert rows(1000, dtype="fp16")["fa2_fwd"]["dtype"] == "fp16"
+    both = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", seq=1000)
+    assert {k["resources"] for k in both["kernels"]} == {"table"}
+    registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
+    assert registers == {name: row["registers"] for name, row in rows(1000).items()}
 
 
 def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
