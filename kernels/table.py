@@ -34,7 +34,11 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
 - FA2 where queries and keys both have a length off the multiples of 16 (1000, 4095, ...:
   ``OFF_16_SEQ``, 1000, stands for them all, Triton specializing a length only on its
   divisibility by 16): its forward at head_dim 64 and 128, bf16 and fp16, causal and not,
-  and its backward's three kernels the same in bf16.
+  and its backward's three kernels the same in bf16; its forward with GQA (group 4) the
+  same in bf16;
+- naive attention at such lengths: its two matmul kernels at head_dim 64 and 128 in bf16
+  and fp16, its softmax for every row width, compiled one key short of it (15 to 131071
+  keys), causal and not, bf16 and fp16, and its backward's five kernels in bf16.
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -59,11 +63,17 @@ take the head count, 144) compiled to the 16-head rows fact for fact. What does 
 compile has rows of its own or stays estimated: GQA has its own (a group-4 sample's
 registers were 0.8-1.45 times the group-1 rows', with other spills; the table's dQ rows at
 group 4 differ from group 1's in all 1,000 jobs, registers 0.74-1.48 times), and so do
-FA2's lengths off the multiples of 16 (each forward, dQ and dK/dV row differs from the
-row at 4096 in some fact, registers 0.77-1.48 times, other spills in 12-46% of the
-tilings; the preprocess's registers in some), while one head (a constexpr), naive
-attention and GQA at such lengths, and queries and keys of which one length is a multiple
-of 16 and the other not, stay estimated.
+lengths off the multiples of 16: each of FA2's forward, dQ and dK/dV rows differs from the
+row at 4096 in some fact (registers 0.77-1.48 times, other spills in 12-46% of the
+tilings; the preprocess's registers in some), and naive attention's rows differ from those
+at 4096 (its softmax's, from those of its row width) in 68% (the softmax) to 98% of the
+jobs, registers 0.13-4.6 times, other spills in 5-24% (its PV at 64 x 64, d = 128, takes
+238 registers at N = 1000 against 94 at 1024, and 2.4 times the loop instructions: likely
+its loads of P, whose rows the compiler no longer knows to be 16-byte aligned); and FA2's
+forward with GQA at such lengths has its own (each row differs from group 4's at 4096,
+registers 0.73-1.51 times, and from group 1's at 1000). One head (a constexpr), FA2's
+backward with GQA at such lengths, and queries and keys of which one length is a multiple
+of 16 and the other not stay estimated.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: FA1 and decode are always estimated (decode's compile depends on its split count
@@ -75,12 +85,13 @@ the multiples of 16, which add some 20 more, seven at 4 samples; a minute once
 ``resources``' cache holds them): per stand-in, kernel and launch, the facts that differ
 and by how much.
 
-Build (16,260 jobs: about five hours and a half on two cores from nothing; 46 minutes where
+Build (22,320 jobs: about seven hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
 ``resources``' cache are not redone, nor the rows of a current table of the same Triton,
 so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
 jobs, took 17 minutes, dK/dV's 50, dQ's 24; FA2 at lengths off the multiples of 16, 4,100
-jobs, 106)::
+jobs, 106; naive attention there, 5,060 jobs, 60; FA2's forward with GQA there, 1,000
+jobs, 19)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -157,7 +168,28 @@ VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": caus
                 "seq": OFF_16_SEQ}
                for kernel, d, causal in itertools.product(
                    ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
-                   (False, True))])
+                   (False, True))]
+            # naive attention at lengths that are not multiples of 16 (since 2026-12-06):
+            # its matmuls as above; its softmax at every row width, launched one key short
+            # of it (ROW is the key length rounded up to a power of two); its backward
+            + [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": False,
+                "seq": OFF_16_SEQ}
+               for kernel, d, dtype in itertools.product(
+                   ("naive_qk", "naive_pv"), (64, 128), ("bf16", "fp16"))]
+            + [{"kernel": "naive_softmax", "head_dim": 128, "dtype": dtype, "causal": causal,
+                "seq": row - 1}
+               for row, dtype, causal in itertools.product(SOFTMAX_ROWS, ("bf16", "fp16"),
+                                                           (False, True))]
+            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": False,
+                "seq": OFF_16_SEQ}
+               for kernel, d in itertools.product(
+                   ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
+                    "naive_bwd_dk"), (64, 128))]
+            # FA2's forward with GQA at lengths off the multiples of 16 (since 2026-12-06):
+            # prefill of a prompt as it comes, the commonest launch of a GQA model
+            + [{"kernel": "fa2_fwd", "head_dim": d, "dtype": "bf16", "causal": causal,
+                "group": GQA_GROUP, "seq": OFF_16_SEQ}
+               for d, causal in itertools.product((64, 128), (False, True))])
 
 
 def variant_shape(variant: dict) -> dict:

@@ -3,6 +3,7 @@ own compiles, and what the prediction commands take without ``--compiled-resourc
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -166,9 +167,40 @@ def test_naive_attention_takes_the_table_for_its_row_width(capsys):
     assert sm["registers_per_thread"] == softmax_row(1024)["registers"]
     assert longer["kernels"][1]["registers_per_thread"] == softmax_row(2048)["registers"]
     assert softmax_row(2048)["registers"] > softmax_row(1024)["registers"]
-    assert [k["resources"] for k in naive(1000)["kernels"]] == ["estimated"] * 3
     assert [k["resources"] for k in naive(1024, "--estimated-resources")["kernels"]] == [
         "estimated"] * 3
+
+
+def test_naive_attention_off_the_multiples_of_16_takes_its_own_rows(capsys):
+    """Naive attention at N = 1000 compiles otherwise than at 1024 (Triton specializes a
+    length on its divisibility by 16): its matmuls take the rows compiled at ``OFF_16_SEQ``,
+    its softmax the row width's own compiled one key short of it, and any other such
+    length with the same row width takes the same rows, forward and backward."""
+    tiling = Tiling(block_m=64, block_n=64, num_stages=2, num_warps=4)
+    forward = ["naive_qk", "naive_softmax", "naive_pv"]
+    backward = ["naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
+                "naive_bwd_dk"]
+
+    def rows(seq, **extra):
+        problem = AttentionProblem(batch=1, heads=16, seq_q=seq, head_dim=128,
+                                   pass_="fwd+bwd", **extra)
+        return table.problem_rows(problem, tiling, forward + backward)
+
+    assert rows(1000).keys() == set(forward + backward)
+    assert rows(1000) == rows(1001) and rows(1000) != rows(1024)
+    assert rows(1000)["naive_softmax"] == table.lookup(resources.job_key(
+        "naive_softmax", 90, "bf16", 128, tiling,
+        **table.variant_shape({"causal": False, "seq": 1023})))
+    # another row width: 1500 keys hold a row of 2048, as 2047 does
+    assert rows(1500)["naive_softmax"] == rows(2047)["naive_softmax"] != rows(
+        1000)["naive_softmax"]
+    assert rows(1500)["naive_softmax"] != rows(2048)["naive_softmax"]
+    assert rows(1000, dtype="fp16")["naive_qk"]["dtype"] == "fp16"
+    both = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", schedule="naive",
+                     seq=1000, **{"block-m": 64, "block-n": 64})
+    assert {k["resources"] for k in both["kernels"]} == {"table"}
+    registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
+    assert registers == {name: row["registers"] for name, row in rows(1000).items()}
 
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
@@ -208,9 +240,9 @@ def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
             assert rows[0] is not None and rows[1] is not None
             assert dict(rows[0], dtype="bf16") == rows[1], (variant, tiling)
             compared += 1
-    # FA2's forward: d x causal, at lengths on and off the multiples of 16; naive QK, PV:
-    # kernel x d
-    assert compared == 250 * (4 + 4 + 4)
+    # FA2's forward: d x causal; naive QK, PV: kernel x d; each at lengths on and off the
+    # multiples of 16
+    assert compared == 250 * (4 + 4 + 4 + 4)
 
 
 def test_fp16_backward_takes_its_bf16_compile(capsys):
@@ -331,8 +363,9 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
                               "naive_bwd_dq", "naive_bwd_dk",
                               "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
     # per kernel and launch, each over d x causal: FA2's forward with GQA alone in fp16
-    assert {k for k in fp16 if k.startswith("fa2_fwd")} == {"fa2_fwd group 4"}
-    assert fp16["fa2_fwd group 4"]["jobs"] == 3 * 4
+    assert {k for k in fp16 if k.startswith("fa2_fwd")} == {"fa2_fwd group 4",
+                                                             "fa2_fwd group 4 seq 1000"}
+    assert fp16["fa2_fwd group 4"]["jobs"] == fp16["fa2_fwd group 4 seq 1000"]["jobs"] == 3 * 4
     for launch in ("", " group 4", " seq 1000"):
         assert heads12["fa2_fwd" + launch]["jobs"] == 3 * 4
         assert fp16["fa2_bwd_dq" + launch] == {"jobs": 3 * 4, "differ": {}}
@@ -344,7 +377,9 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
         "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
         "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
-    assert fp16["naive_bwd_dv"] == {"jobs": 3 * 2, "differ": {}}
+    assert fp16["naive_bwd_dv"] == fp16["naive_bwd_dv seq 1000"] == {"jobs": 3 * 2,
+                                                                     "differ": {}}
+    assert heads12["naive_qk seq 1000"] == {"jobs": 3 * 2, "differ": {}}  # d, bf16
     assert fp16["fa2_bwd_dq group 16"] == {"jobs": 0, "differ": {}, "no_row": 3}
     assert heads12["fa2_bwd_dq group 16"] == {"jobs": 0, "differ": {}, "no_row": 3}
 
@@ -369,6 +404,19 @@ def test_lengths_off_the_multiples_of_16_take_their_own_rows(capsys):
     assert {k["resources"] for k in both["kernels"]} == {"table"}
     registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
     assert registers == {name: row["registers"] for name, row in rows(1000).items()}
+    # with GQA: the forward has rows of its own there, the backward's dQ and dK/dV not
+    gqa = AttentionProblem(batch=1, heads=32, kv_heads=8, seq_q=1000, head_dim=128,
+                           pass_="fwd+bwd")
+    own = table.problem_rows(gqa, tiling, names)
+    assert own.keys() == {"fa2_fwd", "fa2_bwd_preprocess"}  # the preprocess takes no heads
+    at_1024 = table.problem_rows(dataclasses.replace(gqa, seq_q=1024, seq_kv=1024), tiling,
+                                 names)
+    assert own["fa2_fwd"] != at_1024["fa2_fwd"] and own["fa2_fwd"] != rows(1000)["fa2_fwd"]
+    sources = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", seq=1000,
+                        heads=32, **{"kv-heads": 8})["kernels"]
+    assert {k["name"]: k["resources"] for k in sources} == {
+        "fa2_fwd": "table", "fa2_bwd_preprocess": "table", "fa2_bwd_dq": "estimated",
+        "fa2_bwd_dkdv": "estimated"}
 
 
 def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
