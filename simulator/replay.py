@@ -61,7 +61,10 @@ def trace_counts(trace: Trace) -> list[KernelCount]:
     return counts
 
 
-def replay_prediction(trace: Trace, hw: Hardware) -> dict:
+def replay_prediction(trace: Trace, hw: Hardware, compiled=None) -> dict:
+    """The prediction of ``tilesim count`` with the trace's counts; ``compiled`` as
+    ``count_prediction`` takes it (registers and shared memory by kernel name, for
+    residency), None to estimate them."""
     check_schedule(trace)
     return assemble_prediction(trace.problem, trace.tiling, trace.schedule, hw,
-                               trace_counts(trace))
+                               trace_counts(trace), compiled)

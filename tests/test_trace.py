@@ -46,15 +46,24 @@ def test_trace_file_is_deterministic(tmp_path, capsys):
 
 
 def test_replay_equals_count(tmp_path, capsys):
+    """Counts, and residency from the same registers: naive attention's softmax at these
+    lengths is in the table of compiles (it takes neither heads nor group), which both
+    take, and ``--estimated-resources`` estimates it in both."""
     path = tmp_path / "t.parquet"
+    sources = {}
     for schedule in ("fa2", "naive", "fa1"):
         argv = [*PROBLEM[2:], "--schedule", schedule]
         assert run(capsys, ["trace", *argv, "--out", str(path)])[0] == 0
-        rc, counted, _ = run(capsys, ["count", *argv, "--json"])
-        assert rc == 0
-        rc, replayed, _ = run(capsys, ["replay", str(path), "--json"])
-        assert rc == 0
-        assert json.loads(replayed) == json.loads(counted)
+        for flags in ([], ["--estimated-resources"]):
+            rc, counted, _ = run(capsys, ["count", *argv, "--json", *flags])
+            assert rc == 0
+            rc, replayed, _ = run(capsys, ["replay", str(path), "--json", *flags])
+            assert rc == 0
+            assert json.loads(replayed) == json.loads(counted)
+            sources[schedule, bool(flags)] = {k["name"]: k["resources"]
+                                              for k in json.loads(replayed)["kernels"]}
+    assert sources["naive", False]["naive_softmax"] == "table"
+    assert set(sources["naive", True].values()) == {"estimated"}
 
 
 def test_trace_names_its_hardware_and_chrome_is_the_simulated_run(tmp_path, capsys):

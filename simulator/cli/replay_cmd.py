@@ -1,8 +1,10 @@
-"""`tilesim replay`: counts from a trace file (equal to `tilesim count` for the same input)."""
+"""`tilesim replay`: counts from a trace file (equal to `tilesim count` for the same input,
+registers and shared memory from the same source: the table of compiles where it has the
+schedule's kernels, a compile with ``--compiled-resources``, or the estimate)."""
 
 from __future__ import annotations
 
-from simulator.cli.common import add_hardware_arg, print_json
+from simulator.cli.common import add_compiled_arg, add_hardware_arg, print_json
 
 
 def add_parser(sub) -> None:
@@ -10,18 +12,21 @@ def add_parser(sub) -> None:
     p.add_argument("trace", help="a .parquet trace written by `tilesim trace`")
     add_hardware_arg(p)
     p.add_argument("--json", action="store_true")
+    add_compiled_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from simulator.cli.common import hardware_from_args
-    from simulator.replay import replay_prediction
+    from simulator.cli.common import compiled_from_args, hardware_from_args
+    from simulator.replay import check_schedule, replay_prediction
     from traces.trace import TraceError, read_parquet
 
     hw = hardware_from_args(args)
     trace = read_parquet(args.trace)
     try:
-        pred = replay_prediction(trace, hw)
+        check_schedule(trace)  # before its problem is looked up in the table or compiled
+        compiled = compiled_from_args(args, trace.problem, trace.tiling, trace.schedule, hw)
+        pred = replay_prediction(trace, hw, compiled)
     except TraceError as exc:
         raise TraceError(f"{args.trace}: {exc}") from None
     if args.json:
