@@ -85,6 +85,17 @@ def test_trace_names_its_hardware_and_chrome_is_the_simulated_run(tmp_path, caps
     assert rc == 0 and "simulated run on h200-sxm+sm_count=66" in err
     assert run(capsys, ["simulate", *PROBLEM, *what_if, "--timeline", str(timeline)])[0] == 0
     assert json.loads(chrome.read_text()) == json.loads(timeline.read_text())
+    # at d = 64 the table of compiles has the kernel: both take it, or both the estimate
+    covered = [*PROBLEM, "--head-dim", "64", "--hardware", "h200-sxm"]
+    for flags in ([], ["--estimated-resources"]):
+        assert run(capsys, ["trace", *covered, *flags, "--format", "chrome", "--out",
+                            str(chrome)])[0] == 0
+        rc, out, _ = run(capsys, ["simulate", *covered, *flags, "--timeline", str(timeline),
+                                  "--json"])
+        assert rc == 0
+        source = "estimated" if flags else "table"
+        assert [k["resources"] for k in json.loads(out)["kernels"]] == [source]
+        assert json.loads(chrome.read_text()) == json.loads(timeline.read_text())
     big = ["--block-m", "256", "--block-n", "256", "--stages", "5"]
     rc, _, err = run(capsys, ["trace", *PROBLEM, *big, "--head-dim", "128", "--format",
                               "chrome", "--out", str(tmp_path / "x.json")])

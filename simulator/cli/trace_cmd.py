@@ -5,12 +5,15 @@ Parquet, Ramulator 2 and DRAMsim3 hold the access stream, which the hardware doe
 change (the Parquet metadata names the hardware it was written for). ``--format chrome`` is
 the timed form of the same trace: the timing simulator runs the schedule on the hardware
 and writes its timeline (kernels, a track per CTA slot of each SM, HBM/L2 bandwidth and
-SRAM counters; ``simulator.sim.timeline``), as ``simulate --timeline`` does.
+SRAM counters; ``simulator.sim.timeline``), as ``simulate --timeline`` does, with the
+registers and shared memory ``simulate`` takes (the table of compiles where it has the
+schedule's kernels, ``--compiled-resources``, ``--estimated-resources``).
 """
 
 from __future__ import annotations
 
 from simulator.cli.common import (
+    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
@@ -33,6 +36,7 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=FORMATS, default="parquet",
                    help="parquet: the access trace; chrome: the simulated run on --hardware "
                    "(Perfetto opens it); ramulator2, dramsim3: DRAM request traces")
+    add_compiled_arg(p)  # for --format chrome, as simulate takes them
     p.set_defaults(func=run)
 
 
@@ -51,11 +55,13 @@ def run(args) -> int:
     if tiling_note:
         sys.stderr.write(tiling_note + "\n")
     if args.format == "chrome":
+        from simulator.cli.common import compiled_from_args
         from simulator.cli.render import fmt_time
         from simulator.sim import predict
         from simulator.sim.timeline import write_chrome_trace
 
-        pred, sim = predict(problem, tiling, args.schedule, hw)
+        compiled = compiled_from_args(args, problem, tiling, args.schedule, hw)
+        pred, sim = predict(problem, tiling, args.schedule, hw, compiled=compiled)
         write_chrome_trace(sim, args.out)
         sys.stderr.write(f"wrote {args.out}: the simulated run on {hw.name}, "
                          f"{fmt_time(pred['time_s'])}\n")
