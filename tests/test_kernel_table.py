@@ -148,7 +148,8 @@ def test_simulate_takes_the_table_without_a_compiler(capsys):
 def test_naive_attention_takes_the_table_for_its_row_width(capsys):
     """Naive attention's three forward kernels come from the table; its softmax from the
     compile of the row width the launch rounds its key length up to (1536 -> 2048), whose
-    registers grow with it. Lengths not a multiple of 16 are another specialization."""
+    registers grow with it. (Lengths not a multiple of 16 are another specialization: the
+    next test.)"""
     def naive(seq, *extra):
         return _simulate(capsys, *extra, schedule="naive", seq=seq, **{"block-m": 64,
                                                                       "block-n": 64})
