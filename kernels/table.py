@@ -127,69 +127,57 @@ HEADS_STAND_IN = 16
 # specializes it on being 1 or a multiple of 16, so one compile serves 2 to 15 and their
 # like (the groups of Llama's and Mistral's GQA: 4, 5, 8).
 GQA_GROUP = 4
-# The sequence length FA2's variants off the multiples of 16 are compiled at: Triton
+# The sequence length the variants off the multiples of 16 are compiled at: Triton
 # specializes a length only on being 1 or a multiple of 16, so one compile serves every
 # other length (1000, 1023, 4095, ...) where queries and keys both have it.
 OFF_16_SEQ = 1000
-VARIANTS = ([{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal}
-             for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
-                                                       (False, True))]
-            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal}
-               for kernel, d, causal in itertools.product(
-                   ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
-                   (False, True))]
+FA2_BACKWARD = ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv")
+NAIVE_MATMULS = ("naive_qk", "naive_pv")
+NAIVE_BACKWARD = ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
+                  "naive_bwd_dk")
+BOTH_DTYPES, BF16 = ("bf16", "fp16"), ("bf16",)
+
+
+def _variants(kernels, dtypes, causal=(False, True), head_dims=(64, 128), **launch):
+    """One variant per kernel, head dim, dtype and mask (in that order), each with the
+    launch entries ``launch`` (``group``, ``seq``) that ``variant_shape`` reads."""
+    return [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": masked, **launch}
+            for kernel, d, dtype, masked in itertools.product(kernels, head_dims, dtypes,
+                                                              causal)]
+
+
+def _naive_softmax(seq_of_row) -> list[dict]:
+    """naive_softmax at every row width of ``SOFTMAX_ROWS``, launched with
+    ``seq_of_row(row)`` queries and keys; it knows no head_dim (128 is compiled)."""
+    return [v for row in SOFTMAX_ROWS
+            for v in _variants(("naive_softmax",), BOTH_DTYPES, head_dims=(128,),
+                               seq=seq_of_row(row))]
+
+
+VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
+            + _variants(FA2_BACKWARD, BF16)
             # naive attention's forward: its matmuls know no mask (one compile serves
             # causal and not), its softmax knows no head_dim
-            + [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": False}
-               for kernel, d, dtype in itertools.product(
-                   ("naive_qk", "naive_pv"), (64, 128), ("bf16", "fp16"))]
-            + [{"kernel": "naive_softmax", "head_dim": 128, "dtype": dtype, "causal": causal,
-                "seq": row}
-               for row, dtype, causal in itertools.product(SOFTMAX_ROWS, ("bf16", "fp16"),
-                                                           (False, True))]
+            + _variants(NAIVE_MATMULS, BOTH_DTYPES, causal=(False,))
+            + _naive_softmax(lambda row: row)
             # and its backward's five kernels (no mask either), in bf16 as FA2's
-            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": False}
-               for kernel, d in itertools.product(
-                   ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
-                    "naive_bwd_dk"), (64, 128))]
+            + _variants(NAIVE_BACKWARD, BF16, causal=(False,))
             # FA2's forward and backward with GQA: K/V heads shared by GQA_GROUP query
             # heads (since 2026-12-06; dK/dV loops over the group)
-            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal,
-                "group": GQA_GROUP}
-               for kernel, d, causal in itertools.product(
-                   ("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), (64, 128), (False, True))]
+            + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
             # FA2 at lengths that are not multiples of 16 (since 2026-12-06): its forward
             # as above, its backward in bf16
-            + [{"kernel": "fa2_fwd", "head_dim": d, "dtype": dtype, "causal": causal,
-                "seq": OFF_16_SEQ}
-               for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"),
-                                                         (False, True))]
-            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": causal,
-                "seq": OFF_16_SEQ}
-               for kernel, d, causal in itertools.product(
-                   ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv"), (64, 128),
-                   (False, True))]
-            # naive attention at lengths that are not multiples of 16 (since 2026-12-06):
-            # its matmuls as above; its softmax at every row width, launched one key short
-            # of it (ROW is the key length rounded up to a power of two); its backward
-            + [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": False,
-                "seq": OFF_16_SEQ}
-               for kernel, d, dtype in itertools.product(
-                   ("naive_qk", "naive_pv"), (64, 128), ("bf16", "fp16"))]
-            + [{"kernel": "naive_softmax", "head_dim": 128, "dtype": dtype, "causal": causal,
-                "seq": row - 1}
-               for row, dtype, causal in itertools.product(SOFTMAX_ROWS, ("bf16", "fp16"),
-                                                           (False, True))]
-            + [{"kernel": kernel, "head_dim": d, "dtype": "bf16", "causal": False,
-                "seq": OFF_16_SEQ}
-               for kernel, d in itertools.product(
-                   ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq",
-                    "naive_bwd_dk"), (64, 128))]
-            # FA2's forward with GQA at lengths off the multiples of 16 (since 2026-12-06):
-            # prefill of a prompt as it comes, the commonest launch of a GQA model
-            + [{"kernel": "fa2_fwd", "head_dim": d, "dtype": "bf16", "causal": causal,
-                "group": GQA_GROUP, "seq": OFF_16_SEQ}
-               for d, causal in itertools.product((64, 128), (False, True))])
+            + _variants(("fa2_fwd",), BOTH_DTYPES, seq=OFF_16_SEQ)
+            + _variants(FA2_BACKWARD, BF16, seq=OFF_16_SEQ)
+            # naive attention there (since 2026-12-06): its matmuls as above; its softmax
+            # at every row width, launched one key short of it (ROW is the key length
+            # rounded up to a power of two); its backward
+            + _variants(NAIVE_MATMULS, BOTH_DTYPES, causal=(False,), seq=OFF_16_SEQ)
+            + _naive_softmax(lambda row: row - 1)
+            + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ)
+            # FA2's forward with GQA there (since 2026-12-06): prefill of a prompt as it
+            # comes, the commonest launch of a GQA model
+            + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ))
 
 
 def variant_shape(variant: dict) -> dict:
