@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 NAIVE = ["--hardware", "h200-sxm", "--schedule", "naive", "--heads", "16", "--head-dim", "64",
          "--block-m", "64", "--block-n", "64"]
 CASES = {
+    # the headline `simulate` (BENCHMARKS.md, "Simulator"): its kernel is in the table
+    "fa2-8k": ["--hardware", "h100-sxm5", "--batch", "4", "--heads", "32", "--seq", "8192",
+               "--head-dim", "128"],
     "naive-4k": [*NAIVE, "--batch", "4", "--seq", "4096"],
     "naive-16k": [*NAIVE, "--batch", "1", "--seq", "16384"],
     "fa2-128k-causal": ["--batch", "1", "--heads", "32", "--seq", "131072", "--head-dim",

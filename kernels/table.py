@@ -34,8 +34,12 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
 - FA2 where queries and keys both have a length off the multiples of 16 (1000, 4095, ...:
   ``OFF_16_SEQ``, 1000, stands for them all, Triton specializing a length only on its
   divisibility by 16): its forward at head_dim 64 and 128, bf16 and fp16, causal and not,
-  and its backward's three kernels the same in bf16; its forward with GQA (group 4) the
-  same in bf16;
+  and its backward's three kernels the same in bf16; its forward, dQ and dK/dV with GQA
+  (group 4) the same in bf16;
+- FA2's causal forward where the keys alone have such a length, the queries a multiple
+  of 16 (a chunk of a prompt after a cached prefix: ``kv_seq``), with and without GQA, at
+  head_dim 64 and 128, in bf16;
+- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16;
 - naive attention at such lengths: its two matmul kernels at head_dim 64 and 128 in bf16
   and fp16, its softmax for every row width, compiled one key short of it (15 to 131071
   keys), causal and not, bf16 and fp16, and its backward's five kernels in bf16.
@@ -53,7 +57,12 @@ where bf16 spills) and naive attention's dS (registers −15% to +3%, 5-15% fewe
 instructions before its loop); their bf16 rows still stand in, where the estimate puts the
 preprocess's registers 2-7 times off. Naive softmax, which the table holds in both, shows
 the same kind of difference (fp16 up to 11% fewer instructions, other registers at the
-longest rows).
+longest rows), and so does FA1's forward, which it holds in both too (a sample of 16 fp16
+jobs had 1-4% fewer loop instructions than bf16's rows in all, other spills in 4). The
+rows added since (FA2's dQ and dK/dV with GQA at lengths off the multiples of 16, its
+forward with the keys alone off them), sampled the same way at 4 tilings, equal their
+bf16 rows in fp16 and their 16-head rows at 12 heads in every fact, as FA1's do at 12
+heads.
 
 A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with GQA
 too) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
@@ -71,13 +80,20 @@ jobs, registers 0.13-4.6 times, other spills in 5-24% (its PV at 64 x 64, d = 12
 238 registers at N = 1000 against 94 at 1024, and 2.4 times the loop instructions: likely
 its loads of P, whose rows the compiler no longer knows to be 16-byte aligned); and FA2's
 forward with GQA at such lengths has its own (each row differs from group 4's at 4096,
-registers 0.73-1.51 times, and from group 1's at 1000). One head (a constexpr), FA2's
-backward with GQA at such lengths, and queries and keys of which one length is a multiple
-of 16 and the other not stay estimated.
+registers 0.73-1.51 times, and from group 1's at 1000), and so do its dQ and dK/dV (each
+row differs from group 4's at 4096 and from group 1's at 1000: registers 0.66-1.57 and
+0.66-3.12 times, other spills in 15-65% of the tilings). Keys alone off the multiples of
+16 are a compile of their own too: FA2's causal forward there differs from both of its
+neighbours': in every job from the rows with both lengths on the multiples (registers
+0.73-1.33 times, other spills in 31-32% of the tilings), in 30% of them from those with
+both off (registers 0.77-1.01 times, other spills in 17-18%). One head (a
+constexpr), queries off the multiples of 16 with keys on them, FA2's non-causal forward
+and its backward with the keys alone off them, and FA1 with GQA or at lengths off the
+multiples stay estimated.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
-stands: FA1 and decode are always estimated (decode's compile depends on its split count
-and group size as well).
+stands: decode is always estimated (its compile depends on its split count and group size
+as well).
 
 The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
 about eight minutes on two cores for the variants before GQA's dQ and the lengths off
@@ -85,13 +101,15 @@ the multiples of 16, which add some 20 more, seven at 4 samples; a minute once
 ``resources``' cache holds them): per stand-in, kernel and launch, the facts that differ
 and by how much.
 
-Build (22,320 jobs: about seven hours on two cores from nothing; 46 minutes where
+Build (27,320 jobs: about eight hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
 ``resources``' cache are not redone, nor the rows of a current table of the same Triton,
 so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
 jobs, took 17 minutes, dK/dV's 50, dQ's 24; FA2 at lengths off the multiples of 16, 4,100
 jobs, 106; naive attention there, 5,060 jobs, 60; FA2's forward with GQA there, 1,000
-jobs, 19)::
+jobs, 19; its dQ and dK/dV with GQA there, 2,000 jobs, 80; its causal forward with the keys
+alone off the multiples, 1,000 jobs, 27; FA1's forward, 1,000 jobs in bf16, 9, and
+1,000 in fp16, 12)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -140,7 +158,7 @@ BOTH_DTYPES, BF16 = ("bf16", "fp16"), ("bf16",)
 
 def _variants(kernels, dtypes, causal=(False, True), head_dims=(64, 128), **launch):
     """One variant per kernel, head dim, dtype and mask (in that order), each with the
-    launch entries ``launch`` (``group``, ``seq``) that ``variant_shape`` reads."""
+    launch entries ``launch`` (``group``, ``seq``, ``kv_seq``) that ``variant_shape`` reads."""
     return [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": masked, **launch}
             for kernel, d, dtype, masked in itertools.product(kernels, head_dims, dtypes,
                                                               causal)]
@@ -176,15 +194,30 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             + _naive_softmax(lambda row: row - 1)
             + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ)
             # FA2's forward with GQA there (since 2026-12-06): prefill of a prompt as it
-            # comes, the commonest launch of a GQA model
-            + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ))
+            # comes, the commonest launch of a GQA model; and its backward's dQ and dK/dV
+            # (since 2026-12-06, fourteenth session): fine-tuning on sequences as they come
+            + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ)
+            + _variants(("fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP,
+                        seq=OFF_16_SEQ)
+            # FA2's causal forward with queries at a multiple of 16 and keys off them
+            # (since 2026-12-06, fourteenth session): a chunk of a prompt after a cached
+            # prefix of any length (chunked prefill), with and without GQA
+            + _variants(("fa2_fwd",), BF16, causal=(True,), kv_seq=OFF_16_SEQ)
+            + _variants(("fa2_fwd",), BF16, causal=(True,), group=GQA_GROUP,
+                        kv_seq=OFF_16_SEQ)
+            # FA1's forward (since 2026-12-06, fourteenth session), so that it and FA2
+            # are predicted from compiles alike; in fp16 too, which compiles otherwise
+            + _variants(("fa1_fwd",), BOTH_DTYPES))
 
 
 def variant_shape(variant: dict) -> dict:
     """``resources.measure``'s launch keywords of one variant: ``LAUNCH``, its mask, and
-    its sequence lengths (``seq``) and group size (``group``) where it has its own."""
+    its sequence lengths (``seq``: queries and keys; ``kv_seq``: keys alone) and group size
+    (``group``) where it has its own."""
     seq = variant.get("seq")
     lengths = {} if seq is None else {"seq_q": seq, "seq_kv": seq}
+    if "kv_seq" in variant:
+        lengths["seq_kv"] = variant["kv_seq"]
     group = {} if "group" not in variant else {"group": variant["group"]}
     return dict(LAUNCH, causal=variant["causal"], **lengths, **group)
 
@@ -198,23 +231,51 @@ def sweep_space() -> list[Tiling]:
             itertools.product(BLOCKS, BLOCKS, STAGES, WARPS)]
 
 
-def _load() -> tuple[dict, dict[str, dict]]:
-    """(header, key -> result) of the table ``TABLE``; ({}, {}) where there is none."""
+# A row's line as ``build`` writes it (``json.dumps`` with sorted keys): the key, JSON
+# escaped, between these two; an unescaped quote cannot occur inside it.
+_ROW_START, _ROW_KEY_END = '{"key": "', '", "result": '
+
+
+def _load() -> tuple[dict, dict[str, str]]:
+    """(header, JSON-escaped key -> its row's line) of the table ``TABLE``; ({}, {})
+    where there is none."""
     return _read(TABLE)
 
 
 @functools.lru_cache(maxsize=2)
-def _read(path: Path) -> tuple[dict, dict[str, dict]]:
-    """A missing or damaged table is no table: the estimate stands (and the test of the
-    table fails)."""
+def _read(path: Path) -> tuple[dict, dict[str, str]]:
+    """The header, and each row's line by its key as the line has it (JSON-escaped). A
+    row's result is parsed when it is looked up (``_result``): parsing all of them (some
+    24 MB of JSON) took a quarter of a second, which every prediction command paid. A
+    missing or damaged table is no table: the estimate stands (and the test of the table
+    fails)."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             lines = f.read().splitlines()
         header = json.loads(lines[0])
-        rows = {e["key"]: e["result"] for e in map(json.loads, lines[1:])}
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError):
+        rows = {}
+        for line in lines[1:]:
+            if not line.startswith(_ROW_START):
+                raise ValueError("not a row")
+            rows[line[len(_ROW_START):line.index(_ROW_KEY_END)]] = line
+    except (OSError, EOFError, ValueError, IndexError):
         return {}, {}
     return (header, rows) if isinstance(header, dict) else ({}, {})
+
+
+def _result(line: str) -> dict | None:
+    """A row's result; None where the line is damaged (the estimate stands for it)."""
+    try:
+        result = json.loads(line)["result"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def _all_rows() -> dict[str, dict]:
+    """Every row of the table, key -> result (``build`` keeps them)."""
+    rows = (json.loads(line) for line in _load()[1].values())
+    return {row["key"]: row["result"] for row in rows}
 
 
 def header() -> dict:
@@ -236,7 +297,10 @@ def _sources_now() -> str:
 def lookup(key: str) -> dict | None:
     """The shipped result of job ``key`` (``resources.job_key``), or None: not covered, or
     the table is stale."""
-    return _load()[1].get(key) if current() else None
+    if not current():
+        return None
+    line = _load()[1].get(json.dumps(key)[1:-1])
+    return None if line is None else _result(line)
 
 
 def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
@@ -272,7 +336,7 @@ def build(out: Path = TABLE, workers: int | None = None) -> int:
     import triton
 
     tilings = sweep_space()
-    kept = _load()[1] if current() and header().get("triton") == triton.__version__ else {}
+    kept = _all_rows() if current() and header().get("triton") == triton.__version__ else {}
     rows: dict[str, dict] = {}
     for v in VARIANTS:
         shape = variant_shape(v)
@@ -346,8 +410,9 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
 
 def _launch_label(variant: dict) -> str:
     """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s:
-    "fa2_bwd_dq", "fa2_bwd_dq group 4", "fa2_fwd seq 1000"."""
-    extra = [f"{name} {variant[name]}" for name in ("group", "seq") if name in variant]
+    "fa2_bwd_dq", "fa2_bwd_dq group 4", "fa2_fwd seq 1000", "fa2_fwd kv_seq 1000"."""
+    extra = [f"{name} {variant[name]}" for name in ("group", "seq", "kv_seq")
+             if name in variant]
     return " ".join([variant["kernel"], *extra])
 
 

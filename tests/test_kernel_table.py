@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -145,6 +146,32 @@ def test_simulate_takes_the_table_without_a_compiler(capsys):
     assert shipped["time_s"] > estimated["time_s"]
 
 
+def test_fa1_takes_the_table_as_fa2_does(capsys):
+    """FA1's forward has rows of its own, so that FA1 and FA2 compare compile against
+    compile; each row is its own kernel's (FA1 is not FA2's loop order under another
+    name), and its dtype's: fp16 compiles FA1 otherwise than bf16 (a few percent fewer
+    loop instructions, other spills), so both are in the table."""
+    for causal, dtype in itertools.product(((), ("--causal",)), ("bf16", "fp16")):
+        fa1 = _simulate(capsys, *causal, schedule="fa1", dtype=dtype, **{"block-m": 64})
+        (k,) = fa1["kernels"]
+        assert k["resources"] == "table"
+        shape = dict(table.LAUNCH, causal=bool(causal))
+        row = table.lookup(resources.job_key("fa1_fwd", 90, dtype, 128,
+                                             Tiling(64, 64, 2, 4), **shape))
+        assert k["registers_per_thread"] == row["registers"]
+        assert k["loop_instructions"] == row["loop_instructions"]
+        fa2 = table.lookup(resources.job_key("fa2_fwd", 90, dtype, 128,
+                                             Tiling(64, 64, 2, 4), **shape))
+        assert row["loop_instructions"] != fa2["loop_instructions"]
+
+    def fa1_row(dtype, tiling):
+        return table.lookup(resources.job_key("fa1_fwd", 90, dtype, 128, tiling,
+                                              **dict(table.LAUNCH, causal=False)))
+
+    assert any(dict(fa1_row("fp16", tiling), dtype="bf16") != fa1_row("bf16", tiling)
+               for tiling in table.sweep_space())
+
+
 def test_naive_attention_takes_the_table_for_its_row_width(capsys):
     """Naive attention's three forward kernels come from the table; its softmax from the
     compile of the row width the launch rounds its key length up to (1536 -> 2048), whose
@@ -205,9 +232,9 @@ def test_naive_attention_off_the_multiples_of_16_takes_its_own_rows(capsys):
 
 
 def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
-    """A group of 16 and queries and keys of which one length is a multiple of 16 and the
-    other not change the compile; sm_80 is another compile; fp8 has no compile in the table
-    and none stands in for it."""
+    """A group of 16 and queries off the multiples of 16 with keys on them change the
+    compile; sm_80 is another compile; fp8 has no compile in the table and none stands in
+    for it."""
     for launch in ({"heads": 32, "kv-heads": 2}, {"seq": 1000, "kv-seq": 1024}):
         other = _simulate(capsys, **launch)
         assert [k["resources"] for k in other["kernels"]] == ["estimated"], launch
@@ -228,10 +255,11 @@ def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
 def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
     """The evidence ``table.STAND_IN`` rests on, in the shipped table: FA2's forward and
     naive attention's matmul kernels, at every tiling, head dim and mask, have the same
-    facts in fp16 as in bf16 but for the dtype (naive softmax does not: it stays apart)."""
+    facts in fp16 as in bf16 but for the dtype (naive softmax and FA1 do not: they stay
+    apart, ``test_fa1_takes_the_table_as_fa2_does``)."""
     compared = 0
     for variant in table.VARIANTS:
-        if variant["dtype"] != "fp16" or variant["kernel"] == "naive_softmax":
+        if variant["dtype"] != "fp16" or variant["kernel"] in ("naive_softmax", "fa1_fwd"):
             continue
         shape = table.variant_shape(variant)
         for tiling in table.sweep_space():
@@ -326,6 +354,20 @@ def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
     assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
 
 
+def test_a_damaged_row_is_no_row(monkeypatch, tmp_path):
+    """Rows are parsed when looked up: one whose result is damaged is not found (the
+    estimate stands for that kernel), and the others still are."""
+    lines = gzip.decompress(table.TABLE.read_bytes()).decode().splitlines()
+    broken, kept = json.loads(lines[1])["key"], json.loads(lines[2])["key"]
+    lines[1] = lines[1][:-20]  # cut inside its result
+    damaged = tmp_path / "sm90.jsonl.gz"
+    damaged.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    monkeypatch.setattr(table, "TABLE", damaged)
+    assert table.current()
+    assert table.lookup(broken) is None
+    assert table.lookup(kept) == json.loads(lines[2])["result"]
+
+
 def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch):
     """``check_stand_in`` with SYNTHETIC compiles (no compiler): it compiles in fp16 only the
     kernels the table lacks in fp16, at 12 heads every kernel that takes the head count,
@@ -363,11 +405,15 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
                               "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
                               "naive_bwd_dq", "naive_bwd_dk",
                               "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
-    # per kernel and launch, each over d x causal: FA2's forward with GQA alone in fp16
-    assert {k for k in fp16 if k.startswith("fa2_fwd")} == {"fa2_fwd group 4",
-                                                             "fa2_fwd group 4 seq 1000"}
+    # per kernel and launch, each over d x causal: FA2's forward in fp16 with GQA, and
+    # causal only with keys alone off the multiples of 16
+    assert {k for k in fp16 if k.startswith("fa2_fwd")} == {
+        "fa2_fwd group 4", "fa2_fwd group 4 seq 1000", "fa2_fwd kv_seq 1000",
+        "fa2_fwd group 4 kv_seq 1000"}
     assert fp16["fa2_fwd group 4"]["jobs"] == fp16["fa2_fwd group 4 seq 1000"]["jobs"] == 3 * 4
-    for launch in ("", " group 4", " seq 1000"):
+    assert fp16["fa2_fwd kv_seq 1000"]["jobs"] == 3 * 2
+    assert heads12["fa1_fwd"] == {"jobs": 3 * 4, "differ": {}} and "fa1_fwd" not in fp16
+    for launch in ("", " group 4", " seq 1000", " group 4 seq 1000"):
         assert heads12["fa2_fwd" + launch]["jobs"] == 3 * 4
         assert fp16["fa2_bwd_dq" + launch] == {"jobs": 3 * 4, "differ": {}}
         assert heads12["fa2_bwd_dkdv" + launch] == {"jobs": 3 * 4, "differ": {}}
@@ -376,8 +422,9 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
         lo, hi = halved["registers"]["ratio"]
         assert 0.49 <= lo <= hi <= 0.5
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
-        "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv", "naive_bwd_dv",
-        "naive_bwd_dp", "naive_bwd_dq", "naive_bwd_dk"}  # those that take the head count
+        "fa1_fwd", "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv",
+        "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_dq",
+        "naive_bwd_dk"}  # those that take the head count
     assert fp16["naive_bwd_dv"] == fp16["naive_bwd_dv seq 1000"] == {"jobs": 3 * 2,
                                                                      "differ": {}}
     assert heads12["naive_qk seq 1000"] == {"jobs": 3 * 2, "differ": {}}  # d, bf16
@@ -405,19 +452,54 @@ def test_lengths_off_the_multiples_of_16_take_their_own_rows(capsys):
     assert {k["resources"] for k in both["kernels"]} == {"table"}
     registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
     assert registers == {name: row["registers"] for name, row in rows(1000).items()}
-    # with GQA: the forward has rows of its own there, the backward's dQ and dK/dV not
+    # with GQA: its forward, dQ and dK/dV have rows of their own there, other than those
+    # of GQA at 1024 and of one query head per K/V head at 1000 (the preprocess takes
+    # no head count: its row is the one above)
     gqa = AttentionProblem(batch=1, heads=32, kv_heads=8, seq_q=1000, head_dim=128,
                            pass_="fwd+bwd")
     own = table.problem_rows(gqa, tiling, names)
-    assert own.keys() == {"fa2_fwd", "fa2_bwd_preprocess"}  # the preprocess takes no heads
+    assert own.keys() == set(names)
+    assert own["fa2_bwd_preprocess"] == rows(1000)["fa2_bwd_preprocess"]
     at_1024 = table.problem_rows(dataclasses.replace(gqa, seq_q=1024, seq_kv=1024), tiling,
                                  names)
-    assert own["fa2_fwd"] != at_1024["fa2_fwd"] and own["fa2_fwd"] != rows(1000)["fa2_fwd"]
+    for name in ("fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv"):
+        assert own[name] != at_1024[name] and own[name] != rows(1000)[name], name
+    assert own == table.problem_rows(dataclasses.replace(gqa, seq_q=4095, seq_kv=4095),
+                                     tiling, names)
     sources = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", seq=1000,
                         heads=32, **{"kv-heads": 8})["kernels"]
-    assert {k["name"]: k["resources"] for k in sources} == {
-        "fa2_fwd": "table", "fa2_bwd_preprocess": "table", "fa2_bwd_dq": "estimated",
-        "fa2_bwd_dkdv": "estimated"}
+    assert {k["resources"] for k in sources} == {"table"}
+    registers = {k["name"]: k["registers_per_thread"] for k in sources}
+    assert registers == {name: row["registers"] for name, row in own.items()}
+
+
+def test_keys_off_the_multiples_of_16_after_queries_on_them_take_their_own_rows(capsys):
+    """A chunk of queries (a multiple of 16) after a cached prefix of any length: the
+    keys' length alone is off the multiples, which FA2's forward compiles otherwise than
+    where both or neither are; one compile serves every such pair, with and without GQA.
+    The table has it causal only (a chunk after a prefix is causal); the non-causal launch,
+    and the reverse (queries off the multiples, keys on them:
+    ``test_launches_and_gpus_the_table_does_not_cover_are_estimated``) stay estimated."""
+    tiling = Tiling(block_m=64, block_n=64, num_stages=3, num_warps=4)
+
+    def row(seq_q, seq_kv, heads=16, kv_heads=16):
+        problem = AttentionProblem(batch=1, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
+                                   seq_kv=seq_kv, head_dim=128, causal=True)
+        return table.problem_rows(problem, tiling, ["fa2_fwd"]).get("fa2_fwd")
+
+    for heads, kv_heads in ((16, 16), (32, 8)):
+        chunk = row(512, 1000, heads, kv_heads)
+        assert chunk is not None and chunk == row(2048, 4095, heads, kv_heads)
+        assert chunk != row(1000, 1000, heads, kv_heads)
+        assert chunk != row(512, 1024, heads, kv_heads)
+    assert row(512, 1000) != row(512, 1000, 32, 8)
+    sources = _simulate(capsys, "--causal", seq=512, heads=32,
+                        **{"kv-seq": 1000, "kv-heads": 8, "block-m": 64, "stages": 3})
+    (kernel,) = sources["kernels"]
+    assert kernel["resources"] == "table"
+    assert kernel["registers_per_thread"] == row(512, 1000, 32, 8)["registers"]
+    unmasked = _simulate(capsys, seq=512, **{"kv-seq": 1000, "block-m": 64, "stages": 3})
+    assert [k["resources"] for k in unmasked["kernels"]] == ["estimated"]
 
 
 def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):
