@@ -39,10 +39,11 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
 - FA2's causal forward where the keys alone have such a length, the queries a multiple
   of 16 (a chunk of a prompt after a cached prefix: ``kv_seq``), with and without GQA, at
   head_dim 64 and 128, in bf16;
-- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16;
-- naive attention at such lengths: its two matmul kernels at head_dim 64 and 128 in bf16
-  and fp16, its softmax for every row width, compiled one key short of it (15 to 131071
-  keys), causal and not, bf16 and fp16, and its backward's five kernels in bf16.
+- naive attention at lengths off the multiples of 16: its two matmul kernels at head_dim
+  64 and 128 in bf16 and fp16, its softmax for every row width, compiled one key short of
+  it (15 to 131071 keys), causal and not, bf16 and fp16, and its backward's five kernels
+  in bf16;
+- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16.
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
