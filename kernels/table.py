@@ -36,14 +36,15 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
   divisibility by 16): its forward at head_dim 64 and 128, bf16 and fp16, causal and not,
   and its backward's three kernels the same in bf16; its forward, dQ and dK/dV with GQA
   (group 4) the same in bf16;
-- FA2's causal forward where the keys alone have such a length, the queries a multiple
-  of 16 (a chunk of a prompt after a cached prefix: ``kv_seq``), with and without GQA, at
-  head_dim 64 and 128, in bf16;
+- FA2's forward where the keys alone have such a length, the queries a multiple of 16
+  (``kv_seq``: a chunk of a prompt after a cached prefix, causal; cross-attention to an
+  encoder's output, not), with and without GQA, at head_dim 64 and 128, in bf16;
 - naive attention at lengths off the multiples of 16: its two matmul kernels at head_dim
   64 and 128 in bf16 and fp16, its softmax for every row width, compiled one key short of
   it (15 to 131071 keys), causal and not, bf16 and fp16, and its backward's five kernels
   in bf16;
-- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16.
+- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16;
+- FA2's forward at head_dim 256, causal and not, with and without GQA, in bf16.
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -61,9 +62,9 @@ the same kind of difference (fp16 up to 11% fewer instructions, other registers 
 longest rows), and so does FA1's forward, which it holds in both too (a sample of 16 fp16
 jobs had 1-4% fewer loop instructions than bf16's rows in all, other spills in 4). The
 rows added since (FA2's dQ and dK/dV with GQA at lengths off the multiples of 16, its
-forward with the keys alone off them), sampled the same way at 4 tilings, equal their
-bf16 rows in fp16 and their 16-head rows at 12 heads in every fact, as FA1's do at 12
-heads.
+forward with the keys alone off them, causal and not, and at head_dim 256), sampled the
+same way at 4 tilings, equal their bf16 rows in fp16 and their 16-head rows at 12 heads
+in every fact, as FA1's do at 12 heads.
 
 A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with GQA
 too) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
@@ -87,10 +88,16 @@ row differs from group 4's at 4096 and from group 1's at 1000: registers 0.66-1.
 16 are a compile of their own too: FA2's causal forward there differs from both of its
 neighbours': in every job from the rows with both lengths on the multiples (registers
 0.73-1.33 times, other spills in 31-32% of the tilings), in 30% of them from those with
-both off (registers 0.77-1.01 times, other spills in 17-18%). One head (a
-constexpr), queries off the multiples of 16 with keys on them, FA2's non-causal forward
-and its backward with the keys alone off them, and FA1 with GQA or at lengths off the
-multiples stay estimated.
+both off (registers 0.77-1.01 times, other spills in 17-18%); its forward without a mask
+in every job from the rows with both on (registers 0.78-1.51 times, other spills in
+23-40%), in 10% (head_dim 64) and 50% (128) from those with both off (registers
+0.73-1.06 times). At head_dim 256 a 128-row tile's accumulator alone is 256 fp32
+registers a thread over 4 warps: of the 146 tilings whose shared memory fits the H200
+(of 250), 47 or 48 spill in FA2's forward loop and 54 or 55 take all 255 registers; GQA's
+rows differ from group 1's in every job there (registers 0.76-1.41 times, other spills
+in 20-25%). One head (a constexpr), queries off the multiples of 16 with keys on them,
+FA2's backward with the keys alone off them and at head_dim 256, and FA1 with GQA or at
+lengths off the multiples stay estimated.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
@@ -102,15 +109,16 @@ the multiples of 16, which add some 20 more, seven at 4 samples; a minute once
 ``resources``' cache holds them): per stand-in, kernel and launch, the facts that differ
 and by how much.
 
-Build (27,320 jobs: about eight hours on two cores from nothing; 46 minutes where
+Build (29,320 jobs: about nine hours on two cores from nothing; 46 minutes where
 Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
 ``resources``' cache are not redone, nor the rows of a current table of the same Triton,
 so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
 jobs, took 17 minutes, dK/dV's 50, dQ's 24; FA2 at lengths off the multiples of 16, 4,100
 jobs, 106; naive attention there, 5,060 jobs, 60; FA2's forward with GQA there, 1,000
 jobs, 19; its dQ and dK/dV with GQA there, 2,000 jobs, 80; its causal forward with the keys
-alone off the multiples, 1,000 jobs, 27; FA1's forward, 1,000 jobs in bf16, 9, and
-1,000 in fp16, 12)::
+alone off the multiples, 1,000 jobs, 27, and without a mask, 1,000 jobs, 17; FA1's
+forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim 256,
+1,000 jobs, 65)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
 """
@@ -200,15 +208,20 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ)
             + _variants(("fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP,
                         seq=OFF_16_SEQ)
-            # FA2's causal forward with queries at a multiple of 16 and keys off them
-            # (since 2026-12-06, fourteenth session): a chunk of a prompt after a cached
-            # prefix of any length (chunked prefill), with and without GQA
-            + _variants(("fa2_fwd",), BF16, causal=(True,), kv_seq=OFF_16_SEQ)
-            + _variants(("fa2_fwd",), BF16, causal=(True,), group=GQA_GROUP,
-                        kv_seq=OFF_16_SEQ)
+            # FA2's forward with queries at a multiple of 16 and keys off them, with and
+            # without GQA: causal (since 2026-12-06, fourteenth session), a chunk of a
+            # prompt after a cached prefix of any length (chunked prefill); and not
+            # (fifteenth session), cross-attention to an encoder's output (Whisper's
+            # 448 decoder positions to its 1500 audio frames)
+            + _variants(("fa2_fwd",), BF16, kv_seq=OFF_16_SEQ)
+            + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, kv_seq=OFF_16_SEQ)
             # FA1's forward (since 2026-12-06, fourteenth session), so that it and FA2
             # are predicted from compiles alike; in fp16 too, which compiles otherwise
-            + _variants(("fa1_fwd",), BOTH_DTYPES))
+            + _variants(("fa1_fwd",), BOTH_DTYPES)
+            # FA2's forward at head_dim 256 (fifteenth session), with and without GQA:
+            # Gemma's heads, where a tile's accumulator alone fills a thread's registers
+            + _variants(("fa2_fwd",), BF16, head_dims=(256,))
+            + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP))
 
 
 def variant_shape(variant: dict) -> dict:

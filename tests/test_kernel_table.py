@@ -172,6 +172,41 @@ def test_fa1_takes_the_table_as_fa2_does(capsys):
                for tiling in table.sweep_space())
 
 
+def test_fa2_forward_at_head_dim_256_takes_its_own_rows(capsys):
+    """At d = 256 (Gemma) the forward's accumulator alone is 256 fp32 registers a thread
+    of a 128-row tile over 4 warps: the default tiling compiles to 255 registers and
+    spills every iteration, which the estimate cannot see; with 8 warps it does not.
+    GQA has rows of its own there too; the backward at d = 256 stays estimated."""
+    def row(tiling, group=1, causal=True):
+        return table.lookup(resources.job_key("fa2_fwd", 90, "bf16", 256, tiling,
+                                              **dict(table.LAUNCH, causal=causal,
+                                                     group=group)))
+
+    default, eight_warps = Tiling(128, 64, 2, 4), Tiling(128, 64, 2, 8)
+    assert row(default)["registers"] == 255
+    assert row(default)["spill_load_bytes_per_iteration"] > 0
+    assert row(eight_warps)["spill_load_bytes_per_iteration"] == 0
+    assert row(default, group=table.GQA_GROUP) != row(default)
+    assert row(default, causal=False) != row(default)
+    shipped = _simulate(capsys, "--causal", **{"head-dim": 256})
+    estimated = _simulate(capsys, "--causal", "--estimated-resources", **{"head-dim": 256})
+    (k,), (e,) = shipped["kernels"], estimated["kernels"]
+    assert k["resources"] == "table" and e["resources"] == "estimated"
+    assert k["spill_bytes_per_iteration"] == (row(default)["spill_load_bytes_per_iteration"]
+                                              + row(default)["spill_store_bytes_per_iteration"])
+    assert e["spill_bytes_per_iteration"] is None
+    assert shipped["time_s"] > estimated["time_s"]
+    for extra, kv_heads in ((("--causal",), 8), ((), 32)):
+        other = _simulate(capsys, *extra, "--pass", "fwd+bwd", "--mode", "aggregated",
+                          heads=32, **{"kv-heads": kv_heads, "head-dim": 256, "block-m": 64})
+        assert {k["name"]: k["resources"] for k in other["kernels"]} == {
+            "fa2_fwd": "table", "fa2_bwd_preprocess": "estimated",
+            "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "estimated"}, extra
+        group = 32 // kv_heads
+        assert other["kernels"][0]["registers_per_thread"] == row(
+            Tiling(64, 64, 2, 4), group=group, causal=bool(extra))["registers"]
+
+
 def test_naive_attention_takes_the_table_for_its_row_width(capsys):
     """Naive attention's three forward kernels come from the table; its softmax from the
     compile of the row width the launch rounds its key length up to (1536 -> 2048), whose
@@ -405,16 +440,20 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
                               "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
                               "naive_bwd_dq", "naive_bwd_dk",
                               "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
-    # per kernel and launch, each over d x causal: FA2's forward in fp16 with GQA, and
-    # causal only with keys alone off the multiples of 16
+    # per kernel and launch, each over d x causal: FA2's forward in fp16 with GQA, with
+    # keys alone off the multiples of 16, and at d = 256 (those the table holds in bf16
+    # alone; d = 256 has no label of its own: each of its launches adds d x causal jobs)
     assert {k for k in fp16 if k.startswith("fa2_fwd")} == {
-        "fa2_fwd group 4", "fa2_fwd group 4 seq 1000", "fa2_fwd kv_seq 1000",
+        "fa2_fwd", "fa2_fwd group 4", "fa2_fwd group 4 seq 1000", "fa2_fwd kv_seq 1000",
         "fa2_fwd group 4 kv_seq 1000"}
-    assert fp16["fa2_fwd group 4"]["jobs"] == fp16["fa2_fwd group 4 seq 1000"]["jobs"] == 3 * 4
-    assert fp16["fa2_fwd kv_seq 1000"]["jobs"] == 3 * 2
+    assert fp16["fa2_fwd"]["jobs"] == 3 * 2  # d = 256 alone
+    assert fp16["fa2_fwd group 4"]["jobs"] == 3 * 6
+    for launch in (" group 4 seq 1000", " kv_seq 1000", " group 4 kv_seq 1000"):
+        assert fp16["fa2_fwd" + launch]["jobs"] == 3 * 4
     assert heads12["fa1_fwd"] == {"jobs": 3 * 4, "differ": {}} and "fa1_fwd" not in fp16
+    for launch, jobs in (("", 6), (" group 4", 6), (" seq 1000", 4), (" group 4 seq 1000", 4)):
+        assert heads12["fa2_fwd" + launch]["jobs"] == 3 * jobs
     for launch in ("", " group 4", " seq 1000", " group 4 seq 1000"):
-        assert heads12["fa2_fwd" + launch]["jobs"] == 3 * 4
         assert fp16["fa2_bwd_dq" + launch] == {"jobs": 3 * 4, "differ": {}}
         assert heads12["fa2_bwd_dkdv" + launch] == {"jobs": 3 * 4, "differ": {}}
         halved = fp16["fa2_bwd_dkdv" + launch]["differ"]
@@ -474,32 +513,39 @@ def test_lengths_off_the_multiples_of_16_take_their_own_rows(capsys):
 
 
 def test_keys_off_the_multiples_of_16_after_queries_on_them_take_their_own_rows(capsys):
-    """A chunk of queries (a multiple of 16) after a cached prefix of any length: the
-    keys' length alone is off the multiples, which FA2's forward compiles otherwise than
-    where both or neither are; one compile serves every such pair, with and without GQA.
-    The table has it causal only (a chunk after a prefix is causal); the non-causal launch,
-    and the reverse (queries off the multiples, keys on them:
-    ``test_launches_and_gpus_the_table_does_not_cover_are_estimated``) stay estimated."""
+    """A chunk of queries (a multiple of 16) after a cached prefix of any length, causal,
+    and cross-attention from a decoder's positions (448 in Whisper) to an encoder's
+    output (1500 frames), not: the keys' length alone is off the multiples, which FA2's
+    forward compiles otherwise than where both or neither are; one compile serves every
+    such pair, with and without GQA. The backward there, and the reverse (queries off the
+    multiples, keys on them: ``test_launches_and_gpus_the_table_does_not_cover_are_estimated``)
+    stay estimated."""
     tiling = Tiling(block_m=64, block_n=64, num_stages=3, num_warps=4)
 
-    def row(seq_q, seq_kv, heads=16, kv_heads=16):
+    def row(seq_q, seq_kv, heads=16, kv_heads=16, causal=True):
         problem = AttentionProblem(batch=1, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
-                                   seq_kv=seq_kv, head_dim=128, causal=True)
+                                   seq_kv=seq_kv, head_dim=128, causal=causal)
         return table.problem_rows(problem, tiling, ["fa2_fwd"]).get("fa2_fwd")
 
-    for heads, kv_heads in ((16, 16), (32, 8)):
-        chunk = row(512, 1000, heads, kv_heads)
-        assert chunk is not None and chunk == row(2048, 4095, heads, kv_heads)
-        assert chunk != row(1000, 1000, heads, kv_heads)
-        assert chunk != row(512, 1024, heads, kv_heads)
+    for (heads, kv_heads), causal in itertools.product(((16, 16), (32, 8)), (True, False)):
+        chunk = row(512, 1000, heads, kv_heads, causal)
+        assert chunk is not None and chunk == row(2048, 4095, heads, kv_heads, causal)
+        assert chunk != row(1000, 1000, heads, kv_heads, causal)
+        assert chunk != row(512, 1024, heads, kv_heads, causal)
     assert row(512, 1000) != row(512, 1000, 32, 8)
+    assert row(448, 1500, causal=False) != row(448, 1500)
     sources = _simulate(capsys, "--causal", seq=512, heads=32,
                         **{"kv-seq": 1000, "kv-heads": 8, "block-m": 64, "stages": 3})
     (kernel,) = sources["kernels"]
     assert kernel["resources"] == "table"
     assert kernel["registers_per_thread"] == row(512, 1000, 32, 8)["registers"]
-    unmasked = _simulate(capsys, seq=512, **{"kv-seq": 1000, "block-m": 64, "stages": 3})
-    assert [k["resources"] for k in unmasked["kernels"]] == ["estimated"]
+    cross = _simulate(capsys, "--pass", "fwd+bwd", "--mode", "aggregated", seq=448,
+                      heads=20, **{"kv-seq": 1500, "block-m": 64, "stages": 3})
+    assert {k["name"]: k["resources"] for k in cross["kernels"]} == {
+        "fa2_fwd": "table", "fa2_bwd_preprocess": "table",  # it knows the queries alone
+        "fa2_bwd_dq": "estimated", "fa2_bwd_dkdv": "estimated"}
+    assert cross["kernels"][0]["registers_per_thread"] == row(448, 1500,
+                                                              causal=False)["registers"]
 
 
 def test_query_heads_off_the_multiples_of_16_take_the_16_head_rows(capsys):

@@ -38,6 +38,7 @@ FA2_CASES = [
     (1, 3, 1, 1, 40, 32, False, 16, 32, "fp16"),  # one query, MQA
     (1, 2, 1, 40, 35, 32, True, 32, 32, "bf16"),
     (1, 2, 2, 24, 61, 64, False, 16, 16, "bf16"),
+    (1, 2, 1, 20, 37, 256, True, 16, 16, "bf16"),  # Gemma's head_dim, GQA
 ]
 NAIVE_CASES = [
     (1, 2, 1, 21, 37, 32, False, 16, 16, "fp16"),
