@@ -934,13 +934,19 @@ def schedule_resources(problem, tilings: list[Tiling], kernel_names: list[str], 
 
 
 def _serve() -> None:
-    """Worker side: one JSON job per stdin line, one JSON result per stdout line."""
+    """Worker side: one JSON job per stdin line, one JSON result per stdout line. Whatever
+    else a compile writes to stdout goes to stderr, so that stdout carries results alone:
+    Triton prints the whole PTX of a kernel that ptxas rejects there ("Register allocation
+    failed", as FA2's dQ at head_dim 256 with 128 x 256 tiles and 8 warps)."""
+    results = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # ptxas and any other child process inherit fd 1
+    sys.stdout = sys.stderr
     for line in sys.stdin:
         job = json.loads(line)
         result = compile_one(job["kernel"], job["arch"], job["dtype"], job["head_dim"],
                              Tiling.from_dict(job["tiling"]), **job["shape"])
-        sys.stdout.write(json.dumps(result.to_dict() | {"key": job["key"]}) + "\n")
-        sys.stdout.flush()
+        results.write(json.dumps(result.to_dict() | {"key": job["key"]}) + "\n")
+        results.flush()
 
 
 if __name__ == "__main__":

@@ -157,3 +157,38 @@ def test_an_unwritable_cache_is_only_slower(fake_worker, monkeypatch, tmp_path):
     assert [r.registers for r in _measure()] == [132, 164]
     assert [r.registers for r in _measure()] == [132, 164]
     assert len(fake_worker) == 2
+
+
+def test_what_a_compile_prints_does_not_reach_the_workers_results(tmp_path):
+    """The worker's stdout carries one JSON result per job and nothing else: Triton prints
+    the PTX of a kernel ptxas rejects to stdout (FA2's dQ at head_dim 256, 128 x 256, 8
+    warps, 1 stage), and ptxas, a child process, writes to the same file. Here the compile
+    is a stand-in that does both, in a real worker process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, subprocess, sys\n"
+        "from kernels import resources\n"
+        "def noisy(kernel, arch, dtype, head_dim, tiling, **shape):\n"
+        "    print('\\n======== Internal Triton PTX codegen error ========\\n')\n"
+        "    subprocess.run(['echo', 'ptxas fatal'])\n"
+        "    return resources.KernelResources(kernel=kernel, arch=arch, dtype=dtype,\n"
+        "        head_dim=head_dim, block_m=tiling.block_m, block_n=tiling.block_n,\n"
+        "        num_stages=tiling.num_stages, num_warps=tiling.num_warps,\n"
+        "        shared_bytes=None, registers=None, spill_bytes=None, error='ptxas')\n"
+        "resources.compile_one = noisy\n"
+        "resources._serve()\n")
+    jobs = [{"key": f"job{i}", "kernel": "fa2_bwd_dq", "arch": 90, "dtype": "bf16",
+             "head_dim": 256, "tiling": tiling.to_dict(), "shape": {"causal": True}}
+            for i, tiling in enumerate(TILINGS)]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          input="".join(json.dumps(job) + "\n" for job in jobs),
+                          cwd=resources.Path(resources.__file__).resolve().parents[1],
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["key"] for r in results] == ["job0", "job1"]
+    assert [r["error"] for r in results] == ["ptxas", "ptxas"]
+    assert "PTX codegen error" in done.stderr and "ptxas fatal" in done.stderr
