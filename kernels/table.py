@@ -8,12 +8,13 @@ d = 128 with 128 x 64 tiles and 4 warps compiles to 255 registers and spills 372
 thread every iteration, which the estimate (234 registers) does not see, and on the H200
 it ran 33-42% slower than predicted without its compile (BENCHMARKS.md).
 
-This module keeps a table of compiles made here with one Triton version for sm_90
-(``TABLE``: JSON Lines, gzip, ``resources.measure``'s results by job key), covering the
-kernels and launches below over the whole tiling space ``tilesim sweep`` searches. A
-lookup gives a job's result exactly as a compile with that Triton would: the table holds
-the hash of the kernel sources it was compiled from (``resources.sources_digest``) and is
-not used once they change (``tests/test_kernel_table.py`` fails then: rebuild it).
+This module keeps a table of compiles made here with one Triton version per GPU
+architecture (``TABLES``: JSON Lines, gzip, ``resources.measure``'s results by job key,
+which names the architecture), covering the kernels and launches below over the whole
+tiling space ``tilesim sweep`` searches. A lookup gives a job's result exactly as a
+compile with that Triton would: each table holds the hash of the kernel sources it was
+compiled from (``resources.sources_digest``) and is not used once they change
+(``tests/test_kernel_table.py`` fails then: rebuild it).
 
 Covered (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
 lengths and query heads are multiples of 16 and whose K/V heads are the query heads
@@ -137,8 +138,11 @@ from pathlib import Path
 from kernels import resources
 from traces.tiling import Tiling
 
-TABLE = Path(__file__).resolve().parent / "compiled" / "sm90.jsonl.gz"
-ARCH = 90
+COMPILED = Path(__file__).resolve().parent / "compiled"
+# One table per GPU architecture, each with its own header (Triton version, sources hash)
+# and variants (``VARIANTS_OF``): sm_90 (H100, H200).
+TABLES = {90: COMPILED / "sm90.jsonl.gz"}
+ARCH = 90  # the architecture a call names none of: the H200 records' Hopper
 SCHEMA = "tilesim.kernel_table/1"
 # The launch the table is compiled as: every integer argument a multiple of 16, group 1.
 LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows": 16}
@@ -165,7 +169,10 @@ NAIVE_BACKWARD = ("naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds", "naive_bwd_dq"
 BOTH_DTYPES, BF16 = ("bf16", "fp16"), ("bf16",)
 
 
-def _variants(kernels, dtypes, causal=(False, True), head_dims=(64, 128), **launch):
+DEFAULT_HEAD_DIMS = (64, 128)
+
+
+def _variants(kernels, dtypes, causal=(False, True), head_dims=DEFAULT_HEAD_DIMS, **launch):
     """One variant per kernel, head dim, dtype and mask (in that order), each with the
     launch entries ``launch`` (``group``, ``seq``, ``kv_seq``) that ``variant_shape`` reads."""
     return [{"kernel": kernel, "head_dim": d, "dtype": dtype, "causal": masked, **launch}
@@ -222,6 +229,7 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             # Gemma's heads, where a tile's accumulator alone fills a thread's registers
             + _variants(("fa2_fwd",), BF16, head_dims=(256,))
             + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP))
+VARIANTS_OF = {90: VARIANTS}
 
 
 def variant_shape(variant: dict) -> dict:
@@ -250,10 +258,10 @@ def sweep_space() -> list[Tiling]:
 _ROW_START, _ROW_KEY_END = '{"key": "', '", "result": '
 
 
-def _load() -> tuple[dict, dict[str, str]]:
-    """(header, JSON-escaped key -> its row's line) of the table ``TABLE``; ({}, {})
-    where there is none."""
-    return _read(TABLE)
+def _load(arch: int = ARCH) -> tuple[dict, dict[str, str]]:
+    """(header, JSON-escaped key -> its row's line) of the table of ``arch``
+    (``TABLES``); ({}, {}) where there is none."""
+    return _read(TABLES[arch]) if arch in TABLES else ({}, {})
 
 
 @functools.lru_cache(maxsize=2)
@@ -286,20 +294,26 @@ def _result(line: str) -> dict | None:
     return result if isinstance(result, dict) else None
 
 
-def _all_rows() -> dict[str, dict]:
-    """Every row of the table, key -> result (``build`` keeps them)."""
-    rows = (json.loads(line) for line in _load()[1].values())
-    return {row["key"]: row["result"] for row in rows}
+def _all_rows(arch: int = ARCH) -> dict[str, dict]:
+    """Every row of the table of ``arch`` whose result parses, key -> result (``build``
+    keeps them; a damaged row is compiled again, as a lookup finds none)."""
+    rows = {}
+    for escaped, line in _load(arch)[1].items():
+        result = _result(line)
+        if result is not None:
+            rows[json.loads(f'"{escaped}"')] = result
+    return rows
 
 
-def header() -> dict:
-    """The table's first line: schema, Triton version, sources digest, what it covers."""
-    return _load()[0]
+def header(arch: int = ARCH) -> dict:
+    """The first line of the table of ``arch``: schema, Triton version, sources digest,
+    what it covers; {} where there is none."""
+    return _load(arch)[0]
 
 
-def current() -> bool:
-    """Whether the table was compiled from the kernel sources as they are now."""
-    head = header()
+def current(arch: int = ARCH) -> bool:
+    """Whether the table of ``arch`` was compiled from the kernel sources as they are now."""
+    head = header(arch)
     return bool(head) and head.get("sources") == _sources_now()
 
 
@@ -309,18 +323,27 @@ def _sources_now() -> str:
 
 
 def lookup(key: str) -> dict | None:
-    """The shipped result of job ``key`` (``resources.job_key``), or None: not covered, or
-    the table is stale."""
-    if not current():
+    """The shipped result of job ``key`` (``resources.job_key``) from the table of the
+    architecture the key names, or None: no table for it, not covered, or the table is
+    stale."""
+    arch = _key_arch(key)
+    if arch is None or not current(arch):
         return None
-    line = _load()[1].get(json.dumps(key)[1:-1])
+    line = _load(arch)[1].get(json.dumps(key)[1:-1])
     return None if line is None else _result(line)
 
 
-def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
-    """The table's rows of the named kernels for one attention problem (a
-    ``traces.problem.AttentionProblem``, launched as ``kernels`` launch it) and tiling, by
-    kernel name: those it has (in the dtype that ``STAND_IN`` names where it has the
+def _key_arch(key: str) -> int | None:
+    """The architecture a job key names ("fa2_fwd/90/bf16/..."), None if none."""
+    parts = key.split("/", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def problem_rows(problem, tiling: Tiling, names: list[str], arch: int = ARCH
+                 ) -> dict[str, dict]:
+    """The rows of the table of ``arch`` of the named kernels for one attention problem
+    (a ``traces.problem.AttentionProblem``, launched as ``kernels`` launch it) and tiling,
+    by kernel name: those it has (in the dtype that ``STAND_IN`` names where it has the
     problem's dtype not, at ``HEADS_STAND_IN`` query heads where it has the problem's
     not), none where it is stale; keyed as
     ``resources.schedule_resources`` compiles them."""
@@ -334,7 +357,7 @@ def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
         if name not in resources.KERNELS:
             continue
         for dtype, launch in itertools.product(dtypes, shapes):
-            row = lookup(resources.job_key(name, ARCH, dtype, problem.head_dim, tiling,
+            row = lookup(resources.job_key(name, arch, dtype, problem.head_dim, tiling,
                                            **launch))
             if row is not None:
                 rows[name] = row
@@ -342,19 +365,22 @@ def problem_rows(problem, tiling: Tiling, names: list[str]) -> dict[str, dict]:
     return rows
 
 
-def build(out: Path = TABLE, workers: int | None = None) -> int:
-    """Compile every variant over the sweep space (``resources.measure``, whose cache keeps
-    what is done) and write the table atomically; returns the number of jobs. The rows of
-    the table as it is are kept, not compiled again, where it is current and of this
-    Triton: adding a variant compiles that variant alone."""
+def build(arch: int = ARCH, out: Path | None = None, workers: int | None = None) -> int:
+    """Compile every variant of ``arch`` (``VARIANTS_OF``) over the sweep space
+    (``resources.measure``, whose cache keeps what is done) and write its table
+    (``TABLES``, or ``out``) atomically; returns the number of jobs. The rows of the table
+    as it is are kept, not compiled again, where it is current and of this Triton: adding
+    a variant compiles that variant alone."""
     import triton
 
+    out = TABLES[arch] if out is None else out
     tilings = sweep_space()
-    kept = _all_rows() if current() and header().get("triton") == triton.__version__ else {}
+    kept = (_all_rows(arch) if current(arch) and header(arch).get("triton") == triton.__version__
+            else {})
     rows: dict[str, dict] = {}
-    for v in VARIANTS:
+    for v in VARIANTS_OF[arch]:
         shape = variant_shape(v)
-        keys = [resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"], tiling,
+        keys = [resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"], tiling,
                                   **shape) for tiling in tilings]
         rows.update({key: kept[key] for key in keys if key in kept})
         todo = [(key, tiling) for key, tiling in zip(keys, tilings, strict=True)
@@ -362,57 +388,68 @@ def build(out: Path = TABLE, workers: int | None = None) -> int:
         if not todo:
             continue
         print(f"compiling {v} ...", file=sys.stderr, flush=True)
-        results = resources.measure([v["kernel"]], archs=(ARCH,), dtype=v["dtype"],
+        results = resources.measure([v["kernel"]], archs=(arch,), dtype=v["dtype"],
                                     head_dim=v["head_dim"],
                                     tilings=[tiling for _, tiling in todo],
                                     workers=workers, **shape)
         for (key, _), result in zip(todo, results, strict=True):
             rows[key] = result.to_dict()
-    head = {"schema": SCHEMA, "triton": triton.__version__, "arch": ARCH,
-            "sources": resources.sources_digest(), "launch": LAUNCH, "variants": VARIANTS,
-            "command": "python -m kernels.table build"}
+    head = {"schema": SCHEMA, "triton": triton.__version__, "arch": arch,
+            "sources": resources.sources_digest(), "launch": LAUNCH,
+            "variants": VARIANTS_OF[arch], "command": _build_command(arch)}
     text = "\n".join([json.dumps(head, sort_keys=True)]
                      + [json.dumps({"key": k, "result": rows[k]}, sort_keys=True)
                         for k in sorted(rows)]) + "\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(gzip.compress(text.encode("utf-8"), mtime=0))
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep it from other users of a checkout
-    os.replace(tmp, out)
+    _write_atomically(out, gzip.compress(text.encode("utf-8"), mtime=0))
     return len(rows)
 
 
-def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None) -> dict:
-    """Compile ``samples`` tilings (drawn with ``seed`` from the sweep space) of each
-    launch a row of the table stands for and compare the compile's facts with that row
+def _build_command(arch: int) -> str:
+    return "python -m kernels.table build" + ("" if arch == ARCH else f" --arch {arch}")
+
+
+def _write_atomically(out: Path, data: bytes) -> None:
+    """``data`` to ``out`` through a temporary file beside it and a rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep it from other users of a checkout
+    os.replace(tmp, out)
+
+
+def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
+                   arch: int = ARCH) -> dict:
+    """Compile for ``arch`` ``samples`` tilings (drawn with ``seed`` from the sweep space)
+    of each launch a row of its table stands for and compare the compile's facts with that row
     (module docstring): per stand-in ("fp16": the kernels the table holds only in bf16,
     compiled in fp16; "heads 12": every bf16 kernel that takes the head count, at 12 query
-    heads) and kernel (with its launch's group or lengths where they are its own:
-    ``_launch_label``), the jobs compared, and per fact that differed, how many and the
+    heads) and kernel (with its launch's group, lengths or head dim where they are its
+    own: ``_launch_label``), the jobs compared, and per fact that differed, how many and the
     range of compiled / table; ``no_row`` counts the jobs the table has no row to compare
     with (a stale table, or a variant not built yet)."""
     import random
 
     tilings = random.Random(seed).sample(sweep_space(), samples)
     cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
-    for v in VARIANTS:
+    variants = VARIANTS_OF[arch]
+    for v in variants:
         shape = variant_shape(v)
         for dtype, stand_in in STAND_IN.items():
-            if v["dtype"] == stand_in and dict(v, dtype=dtype) not in VARIANTS:
+            if v["dtype"] == stand_in and dict(v, dtype=dtype) not in variants:
                 cases.append((dtype, v, dtype, shape))
         if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
             cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))
     report: dict[str, dict] = {}
     for case, v, dtype, shape in cases:
-        compiled = resources.measure([v["kernel"]], archs=(ARCH,), dtype=dtype,
+        compiled = resources.measure([v["kernel"]], archs=(arch,), dtype=dtype,
                                      head_dim=v["head_dim"], tilings=tilings,
                                      workers=workers, **shape)
         entry = report.setdefault(case, {}).setdefault(_launch_label(v),
                                                        {"jobs": 0, "differ": {}})
         own = variant_shape(v)
         for tiling, result in zip(tilings, compiled, strict=True):
-            row = lookup(resources.job_key(v["kernel"], ARCH, v["dtype"], v["head_dim"],
+            row = lookup(resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"],
                                            tiling, **own))
             if row is None:  # stale, or not built yet: nothing to compare with, said so
                 entry["no_row"] = entry.get("no_row", 0) + 1
@@ -423,10 +460,13 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None)
 
 
 def _launch_label(variant: dict) -> str:
-    """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s:
-    "fa2_bwd_dq", "fa2_bwd_dq group 4", "fa2_fwd seq 1000", "fa2_fwd kv_seq 1000"."""
+    """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s,
+    and its head dim where that is not one of ``_variants``' own (64, 128): "fa2_bwd_dq",
+    "fa2_bwd_dq group 4", "fa2_fwd seq 1000", "fa2_fwd kv_seq 1000", "fa2_fwd d 256"."""
     extra = [f"{name} {variant[name]}" for name in ("group", "seq", "kv_seq")
              if name in variant]
+    if variant["head_dim"] not in DEFAULT_HEAD_DIMS:
+        extra.append(f"d {variant['head_dim']}")
     return " ".join([variant["kernel"], *extra])
 
 
@@ -447,10 +487,22 @@ def _tally_differences(differ: dict, mine: dict, row: dict) -> None:
             d["ratio"] = (min(lo, r), max(hi, r))
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["build"]:
-        print(f"{build()} compiles in {TABLE}")
-    elif sys.argv[1:] == ["check-stand-in"]:
-        print(json.dumps(check_stand_in(), indent=1))
+def main(argv: list[str]) -> int:
+    """``build`` or ``check-stand-in``, for sm_90 or ``--arch 80``; 2 on a bad command line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kernels.table")
+    parser.add_argument("command", choices=("build", "check-stand-in"))
+    parser.add_argument("--arch", type=int, choices=sorted(TABLES), default=ARCH)
+    parser.add_argument("--samples", type=int, default=12,
+                        help="check-stand-in: tilings drawn per launch (default 12)")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        print(f"{build(args.arch)} compiles in {TABLES[args.arch]}")
     else:
-        sys.exit("usage: python -m kernels.table build | check-stand-in")
+        print(json.dumps(check_stand_in(samples=args.samples, arch=args.arch), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

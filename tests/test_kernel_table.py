@@ -328,7 +328,7 @@ def test_fp16_backward_takes_its_bf16_compile(capsys):
 
 def test_a_stale_table_is_not_used(monkeypatch, capsys):
     head = dict(table.header(), sources="0" * 16)
-    monkeypatch.setattr(table, "header", lambda: head)
+    monkeypatch.setattr(table, "header", lambda arch=90: head)
     assert not table.current()
     assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
 
@@ -348,14 +348,16 @@ def test_a_sweep_rates_every_tiling_from_the_table(capsys):
         assert r["kernels"][0]["registers_per_thread"] == row["registers"]
 
 
-def test_the_table_file_is_one_header_and_one_row_per_job():
-    """Every job of every variant once (tilings that compile alike are one job: the
-    backward's preprocess has no block_n), nothing else."""
-    lines = gzip.decompress(table.TABLE.read_bytes()).decode().splitlines()
+@pytest.mark.parametrize("arch", sorted(table.TABLES))
+def test_the_table_file_is_one_header_and_one_row_per_job(arch):
+    """Every job of every variant of its architecture once (tilings that compile alike
+    are one job: the backward's preprocess has no block_n), nothing else."""
+    lines = gzip.decompress(table.TABLES[arch].read_bytes()).decode().splitlines()
+    assert json.loads(lines[0])["variants"] == table.VARIANTS_OF[arch]
     rows = [json.loads(line) for line in lines[1:]]
-    jobs = {resources.job_key(v["kernel"], table.ARCH, v["dtype"], v["head_dim"], t,
+    jobs = {resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"], t,
                               **table.variant_shape(v))
-            for v in table.VARIANTS for t in table.sweep_space()}
+            for v in table.VARIANTS_OF[arch] for t in table.sweep_space()}
     assert len(rows) == len({r["key"] for r in rows}) == len(jobs)
     assert {r["key"] for r in rows} == jobs
 
@@ -383,8 +385,8 @@ def test_a_lookup_imports_neither_torch_nor_triton():
 def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
     """A truncated file (a broken install) leaves the estimate, not a traceback."""
     damaged = tmp_path / "sm90.jsonl.gz"
-    damaged.write_bytes(table.TABLE.read_bytes()[:5000])
-    monkeypatch.setattr(table, "TABLE", damaged)
+    damaged.write_bytes(table.TABLES[90].read_bytes()[:5000])
+    monkeypatch.setitem(table.TABLES, 90, damaged)
     assert table.header() == {} and not table.current()
     assert [k["resources"] for k in _simulate(capsys)["kernels"]] == ["estimated"]
 
@@ -392,15 +394,26 @@ def test_a_damaged_table_is_no_table(monkeypatch, tmp_path, capsys):
 def test_a_damaged_row_is_no_row(monkeypatch, tmp_path):
     """Rows are parsed when looked up: one whose result is damaged is not found (the
     estimate stands for that kernel), and the others still are."""
-    lines = gzip.decompress(table.TABLE.read_bytes()).decode().splitlines()
+    lines = gzip.decompress(table.TABLES[90].read_bytes()).decode().splitlines()
     broken, kept = json.loads(lines[1])["key"], json.loads(lines[2])["key"]
     lines[1] = lines[1][:-20]  # cut inside its result
     damaged = tmp_path / "sm90.jsonl.gz"
     damaged.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    monkeypatch.setattr(table, "TABLE", damaged)
+    monkeypatch.setitem(table.TABLES, 90, damaged)
     assert table.current()
     assert table.lookup(broken) is None
     assert table.lookup(kept) == json.loads(lines[2])["result"]
+    # a build keeps every row but the damaged one, which it compiles again
+    rows = table._all_rows()
+    assert broken not in rows and rows[kept] == json.loads(lines[2])["result"]
+    assert len(rows) == len(lines) - 2
+
+
+def test_the_table_command_line_refuses_an_architecture_it_has_no_table_for(capsys):
+    with pytest.raises(SystemExit) as stop:
+        table.main(["build", "--arch", "70"])
+    assert stop.value.code == 2
+    assert "invalid choice: 70" in capsys.readouterr().err
 
 
 def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch):
@@ -431,7 +444,7 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     monkeypatch.setattr(resources, "measure", measure)
     unbuilt = {"kernel": "fa2_bwd_dq", "head_dim": 64, "dtype": "bf16", "causal": False,
                "group": 16}  # a group of 16: another compile, not in the table
-    monkeypatch.setattr(table, "VARIANTS", [*table.VARIANTS, unbuilt])
+    monkeypatch.setitem(table.VARIANTS_OF, 90, [*table.VARIANTS, unbuilt])
     report = table.check_stand_in(samples=3)
     assert set(report) == {"fp16", "heads 12"}
     fp16, heads12 = report["fp16"], report["heads 12"]
@@ -442,16 +455,17 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
                               "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
     # per kernel and launch, each over d x causal: FA2's forward in fp16 with GQA, with
     # keys alone off the multiples of 16, and at d = 256 (those the table holds in bf16
-    # alone; d = 256 has no label of its own: each of its launches adds d x causal jobs)
+    # alone; d = 256, its one head dim, labelled as such)
     assert {k for k in fp16 if k.startswith("fa2_fwd")} == {
-        "fa2_fwd", "fa2_fwd group 4", "fa2_fwd group 4 seq 1000", "fa2_fwd kv_seq 1000",
-        "fa2_fwd group 4 kv_seq 1000"}
-    assert fp16["fa2_fwd"]["jobs"] == 3 * 2  # d = 256 alone
-    assert fp16["fa2_fwd group 4"]["jobs"] == 3 * 6
+        "fa2_fwd d 256", "fa2_fwd group 4", "fa2_fwd group 4 seq 1000",
+        "fa2_fwd kv_seq 1000", "fa2_fwd group 4 kv_seq 1000", "fa2_fwd group 4 d 256"}
+    assert fp16["fa2_fwd d 256"]["jobs"] == fp16["fa2_fwd group 4 d 256"]["jobs"] == 3 * 2
+    assert fp16["fa2_fwd group 4"]["jobs"] == 3 * 4
     for launch in (" group 4 seq 1000", " kv_seq 1000", " group 4 kv_seq 1000"):
         assert fp16["fa2_fwd" + launch]["jobs"] == 3 * 4
     assert heads12["fa1_fwd"] == {"jobs": 3 * 4, "differ": {}} and "fa1_fwd" not in fp16
-    for launch, jobs in (("", 6), (" group 4", 6), (" seq 1000", 4), (" group 4 seq 1000", 4)):
+    for launch, jobs in (("", 4), (" group 4", 4), (" seq 1000", 4), (" group 4 seq 1000", 4),
+                         (" d 256", 2), (" group 4 d 256", 2)):
         assert heads12["fa2_fwd" + launch]["jobs"] == 3 * jobs
     for launch in ("", " group 4", " seq 1000", " group 4 seq 1000"):
         assert fp16["fa2_bwd_dq" + launch] == {"jobs": 3 * 4, "differ": {}}

@@ -87,8 +87,10 @@ def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dic
     out, count = fill_loop_facts(records, progress=progress)
     from_table = sum(1 for i in served if out[i] is not records[i])
     said = compilers([rec for i, rec in enumerate(records) if i not in served])
+    archs = {_arch(rec) for i, rec in enumerate(records) if i in served}
     return out, dict(said, records=count, table=from_table,
-                     table_triton=table.header().get("triton"))
+                     table_triton=table.header(archs.pop() if len(archs) == 1
+                                               else table.ARCH).get("triton"))
 
 
 def sources_phrase(filled: dict, table: str, compiled: str) -> str:
@@ -154,9 +156,10 @@ def _table_rows(rec: dict) -> dict[str, dict] | None:
     has them all; else None."""
     from kernels import table
 
-    if not _lacks_loop_facts(rec) or _arch(rec) != table.ARCH or not table.current():
+    arch = _arch(rec)
+    if not _lacks_loop_facts(rec) or arch is None or not table.current(arch):
         return None
-    if (rec.get("environment") or {}).get("triton") != table.header().get("triton"):
+    if (rec.get("environment") or {}).get("triton") != table.header(arch).get("triton"):
         return None
     try:
         problem = AttentionProblem.from_dict(rec["problem"])
@@ -164,7 +167,7 @@ def _table_rows(rec: dict) -> dict[str, dict] | None:
     except (ProblemError, KeyError, TypeError, ValueError):
         return None
     names = [f["name"] for f in rec["kernel_facts"]]
-    rows = table.problem_rows(problem, tiling, names)
+    rows = table.problem_rows(problem, tiling, names, arch)
     return rows if len(rows) == len(set(names)) else None
 
 

@@ -88,12 +88,13 @@ def resources_from_args(args: argparse.Namespace, problem, tilings: list, schedu
     return [None] * len(tilings)
 
 
-def table_note() -> str:
-    """Where a prediction's table-sourced resources come from, in one line."""
+def table_note(hw) -> str:
+    """Where a prediction's table-sourced resources for ``hw`` come from, in one line."""
     from kernels import table
 
+    arch = hw.compute_capability
     return (f"registers, shared memory, spills and instruction counts from tilesim's table "
-            f"of Triton {table.header().get('triton', '?')} compiles for sm_{table.ARCH} "
+            f"of Triton {table.header(arch).get('triton', '?')} compiles for sm_{arch} "
             f"(kernels/table.py; --estimated-resources to estimate them)")
 
 
@@ -125,10 +126,11 @@ def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
     from kernels import resources, table
     from traces.schedules import build_schedule
 
-    if hw.compute_capability != table.ARCH or not table.current():
+    arch = hw.compute_capability
+    if not table.current(arch):  # no table for this architecture, or a stale one
         return None
     names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
-    per_tiling = [table.problem_rows(problem, tiling, names) for tiling in tilings]
+    per_tiling = [table.problem_rows(problem, tiling, names, arch) for tiling in tilings]
     found = {name: [rows.get(name) for rows in per_tiling]
              for name in names if name in resources.KERNELS}
     covered = [name for name, rows in found.items() if all(rows)]

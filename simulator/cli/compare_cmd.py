@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def render(preds: dict) -> None:
+def render(preds: dict, hw) -> None:
     from rich.table import Table
 
     from simulator.cli.common import output_console
@@ -72,7 +72,7 @@ def render(preds: dict) -> None:
     elif any(k.get("resources") == "table" for p in (naive, fa2) for k in p["kernels"]):
         shipped = [p["schedule"] for p in (naive, fa2)
                    if all(k.get("resources") == "table" for k in p["kernels"])]
-        table.caption = f"{', '.join(shipped) or 'some kernels'}: {table_note()}"
+        table.caption = f"{', '.join(shipped) or 'some kernels'}: {table_note(hw)}"
     console = output_console()
     console.print(table)
     for name in preds:
@@ -121,5 +121,5 @@ def run(args) -> int:
     else:
         if tiling_note:
             print(tiling_note)
-        render(preds)
+        render(preds, hw)
     return 0

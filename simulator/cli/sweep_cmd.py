@@ -332,7 +332,7 @@ def _print_ranked(results, args, hw, problem, mode, candidates, refused) -> None
         notes.append(f"SRAM/CTA and CTAs/SM from the kernels compiled for "
                      f"sm_{hw.compute_capability}")
     elif any(k.get("resources") == "table" for r in results for k in r.get("kernels", ())):
-        notes.append(table_note())
+        notes.append(table_note(hw))
     table.caption = "; ".join(notes) or None
     print_tables([table])
 
