@@ -16,7 +16,7 @@ compile with that Triton would: each table holds the hash of the kernel sources 
 compiled from (``resources.sources_digest``) and is not used once they change
 (``tests/test_kernel_table.py`` fails then: rebuild it).
 
-Covered (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
+Covered on sm_90 (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
 lengths and query heads are multiples of 16 and whose K/V heads are the query heads
 (group 1): the keys ``resources.job_key`` makes of such a launch (and, through the
 stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
@@ -100,6 +100,22 @@ in 20-25%). One head (a constexpr), queries off the multiples of 16 with keys on
 FA2's backward with the keys alone off them and at head_dim 256, and FA1 with GQA or at
 lengths off the multiples stay estimated.
 
+Covered on sm_80 (``SM80_VARIANTS``, the A100 presets; 2026-12-06, sixteenth session),
+for the same launch: FA2's forward and its backward's three kernels at head_dim 64 and
+128, causal and not, in bf16, with the same stand-ins (fp16 and other head counts but 1).
+A sample compiled here (8 tilings, d x causal) bears them out on sm_80 as on sm_90: in
+fp16 the forward, dQ and dK/dV equal their bf16 rows in every fact (32 jobs each) and the
+preprocess differs as on sm_90 (registers 0.95-1.19 times in half the jobs, 6-16% fewer
+instructions, no spills in 2 jobs where bf16 spills); at 12 heads the forward, dQ and
+dK/dV equal their 16-head rows. sm_80 is a compile of its own (mma.sync, never wgmma;
+164 KB of shared memory a CTA): of the tilings that fit it (FA2's forward 230 of 250 at
+d = 64, 192 at d = 128; dQ 226 and 169; dK/dV 222 and 163), 63-84% take other registers
+than on sm_90 (0.13-2.21 times; the preprocess 30-40%), and in 93 of the forward's, 93
+of dQ's and 139 of dK/dV's ptxas keeps 32 registers and spills the rest to the stack
+(FA2's forward at d = 64 with 128 x 256 tiles and 4 warps: 13,104 bytes a thread; sm_90
+keeps 255 and 1,616), which no estimate sees. GQA, lengths off the multiples of 16,
+head_dim 256, FA1 and naive attention stay estimated on sm_80.
+
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
 as well).
@@ -122,6 +138,10 @@ forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim
 1,000 jobs, 65)::
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
+    python -m kernels.table build --arch 80
+
+(sm_80's 3,100 jobs took 103 minutes on two cores: dK/dV 59 of them, dQ 24, the
+forward 19.)
 """
 
 from __future__ import annotations
@@ -140,8 +160,8 @@ from traces.tiling import Tiling
 
 COMPILED = Path(__file__).resolve().parent / "compiled"
 # One table per GPU architecture, each with its own header (Triton version, sources hash)
-# and variants (``VARIANTS_OF``): sm_90 (H100, H200).
-TABLES = {90: COMPILED / "sm90.jsonl.gz"}
+# and variants (``VARIANTS_OF``): sm_90 (H100, H200) and sm_80 (A100).
+TABLES = {90: COMPILED / "sm90.jsonl.gz", 80: COMPILED / "sm80.jsonl.gz"}
 ARCH = 90  # the architecture a call names none of: the H200 records' Hopper
 SCHEMA = "tilesim.kernel_table/1"
 # The launch the table is compiled as: every integer argument a multiple of 16, group 1.
@@ -229,7 +249,12 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             # Gemma's heads, where a tile's accumulator alone fills a thread's registers
             + _variants(("fa2_fwd",), BF16, head_dims=(256,))
             + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP))
-VARIANTS_OF = {90: VARIANTS}
+
+# sm_80 (the A100 presets; sixteenth session): FA2's forward and its backward's three
+# kernels at head_dim 64 and 128, causal and not, in bf16 (fp16 takes them: ``STAND_IN``).
+SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
+                 + _variants(FA2_BACKWARD, BF16))
+VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 
 def variant_shape(variant: dict) -> dict:

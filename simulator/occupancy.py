@@ -112,7 +112,8 @@ def estimated_registers_per_thread(kernel: Kernel, tiling: Tiling, head_dim: int
 
 def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) -> int | None:
     """The shared memory Triton (3.6.0, the H200 records' compiler) gives an attention
-    forward loop on sm_90; None for another kernel or architecture.
+    forward loop on sm_90, and FA2's forward at head_dim 64 and 128 on sm_80; None for
+    another kernel or architecture.
 
     The loop is FA2's forward and decode's split: one tile loaded before it (Q), two per
     iteration (K and V), the scores' matmul, then P times V. Read off their compiles:
@@ -126,8 +127,14 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
     block_n 16 to 256, 1 to 4 stages, 4 and 8 warps), byte for byte
     (``tests/test_occupancy_triton_smem.py``). The schedules' SRAM (``num_stages``
     buffers of each tile) is the wgmma kernel's at two stages or more, and up to twice
-    the mma.sync kernel's. On sm_80 Triton lays it out otherwise (16 KB less for 64 x 64
-    at two stages): the rule is not taken there, nor for fp32 or fp8 tiles, which no
+    the mma.sync kernel's.
+
+    On sm_80 every matmul is mma.sync and the same rule holds but for P, which Triton
+    passes through shared memory only where the tile has fewer rows than the head dim
+    (block_m < head_dim; at 64 x 64 and two stages, 16 KB less than on sm_90 at d = 128,
+    8 KB less at d = 64): every FA2 forward compile of tilesim's sm_80 table (1,000: the
+    same launches in bf16) and its sample in fp16, byte for byte. It is not taken for
+    decode's split there, nor at other head dims, nor for fp32 or fp8 tiles, which no
     compile of ours bears out.
     """
     from simulator.sim.compute import uses_wgmma
@@ -141,8 +148,11 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
     # the compiles that bear it out are of bf16 and fp16 kernels (the only ones tilesim's
     # Triton twins compile): two-byte tiles
     two_bytes = all(kernel.tensors[a.tensor].elem_bytes == 2 for a in (*pre, *loop))
-    if hw.compute_capability != 90 or not forward or not two_bytes:
+    if hw.compute_capability not in (80, 90) or not forward or not two_bytes:
         return None
+    head_dim = pre[0].tile_cols
+    if hw.compute_capability == 80 and (kernel.name != "fa2_fwd" or head_dim not in (64, 128)):
+        return None  # only FA2's forward at these head dims bears the rule out on sm_80
 
     def nbytes(access: Access, rows: int) -> int:
         return rows * access.tile_cols * kernel.tensors[access.tensor].elem_bytes
@@ -154,7 +164,8 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
         total += max(tiles)
     else:
         total += sum(tiles) * (tiling.num_stages if wgmma else tiling.num_stages - 1)
-    if not wgmma:  # P, [rows, block_n], in the operands' type (V's)
+    p_in_shared = hw.compute_capability == 90 or tiling.block_m < head_dim
+    if not wgmma and p_in_shared:  # P, [rows, block_n], in the operands' type (V's)
         p_v = kernel.dots[1]
         total += p_v.m * p_v.k * kernel.tensors[loop[1].tensor].elem_bytes
     return total

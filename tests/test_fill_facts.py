@@ -114,6 +114,32 @@ def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch
             fill_loop_facts([rec, needs_compile])
 
 
+def test_an_a100_record_takes_the_sm80_tables_facts_without_a_compile(monkeypatch):
+    """A SYNTHETIC A100 record (the spilling H200 record, its GPU an A100 and its
+    registers those of the A100 compile, as its device would have recorded them) takes
+    the loop facts of tilesim's sm_80 table, not sm_90's, with no Triton here."""
+    from kernels import table
+    from traces.problem import AttentionProblem
+    from traces.tiling import Tiling
+    from validation.fill_facts import fill_saying_how
+
+    _without_triton(monkeypatch)
+    rec = _record(SPILLING)
+    problem = AttentionProblem.from_dict(rec["problem"])
+    tiling = Tiling.from_dict(rec["tiling"])
+    (sm80,) = table.problem_rows(problem, tiling, ["fa2_fwd"], arch=80).values()
+    (sm90,) = table.problem_rows(problem, tiling, ["fa2_fwd"]).values()
+    assert sm80["loop_instructions"] != sm90["loop_instructions"]
+    rec["environment"].update(gpu_name="NVIDIA A100-SXM4-80GB", gpu_sm_count=108,
+                             gpu_capability="8.0")
+    rec["kernel_facts"][0]["registers"] = sm80["registers"]
+    out, said = fill_saying_how([rec])
+    assert said["records"] == said["table"] == 1
+    assert said["table_triton"] == table.header(80)["triton"]
+    fact = out[0]["kernel_facts"][0]
+    assert {key: fact[key] for key in LOOP_FACTS} == {key: sm80[key] for key in LOOP_FACTS}
+
+
 def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkeypatch, capsys):
     pytest.importorskip("triton")
     path = tmp_path / "one.jsonl"

@@ -2,7 +2,8 @@
 (``simulator.occupancy.triton_forward_shared_bytes``), against Triton's own compiles: every
 FA2 forward row of tilesim's table (Triton 3.6.0, no Triton needed here), and fresh
 compiles of decode's split and of FA2's forward with the Triton installed (the rule held
-under 3.6.0 and 3.9.0 alike)."""
+under 3.6.0 and 3.9.0 alike). On sm_80 the rule differs (P) and is taken for FA2's
+forward alone."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from traces.schedules import build_schedule
 from traces.tiling import Tiling
 
 H200 = load_hardware("h200-sxm")
+A100 = load_hardware("a100-sxm4-80gb")
 DECODE = AttentionProblem(16, 32, 1, 128, seq_kv=16384, kv_heads=8)
 
 
@@ -27,22 +29,27 @@ def _kernel(problem, tiling, schedule):
     return build_schedule(problem, tiling, schedule).kernels[0]
 
 
-def test_every_fa2_forward_compile_of_the_table():
-    """2,000 compiles: d 64 and 128, bf16 and fp16, causal or not, the sweep's tilings."""
-    if not table.current():
-        pytest.fail("the table of compiles is stale: python -m kernels.table build")
+@pytest.mark.parametrize("hw", [H200, A100], ids=["sm_90", "sm_80"])
+def test_every_fa2_forward_compile_of_the_table(hw):
+    """d 64 and 128, causal or not, the sweep's tilings: 2,000 compiles on sm_90 (bf16
+    and fp16), 1,000 on sm_80 (bf16; its table has no fp16 forward of its own)."""
+    arch = hw.compute_capability
+    if not table.current(arch):
+        pytest.fail(f"the sm_{arch} table of compiles is stale: "
+                    f"python -m kernels.table build --arch {arch}")
+    dtypes = ("bf16", "fp16") if arch == 90 else ("bf16",)
     compared = 0
-    for d, dtype, causal in itertools.product((64, 128), ("bf16", "fp16"), (False, True)):
+    for d, dtype, causal in itertools.product((64, 128), dtypes, (False, True)):
         problem = AttentionProblem(4, 16, 4096, d, dtype=dtype, causal=causal)
         for tiling in table.sweep_space():
-            row = table.problem_rows(problem, tiling, ["fa2_fwd"]).get("fa2_fwd")
+            row = table.problem_rows(problem, tiling, ["fa2_fwd"], arch).get("fa2_fwd")
             if row is None or row.get("shared_bytes") is None:
                 continue
             kernel = _kernel(problem, tiling, "fa2")
-            assert triton_forward_shared_bytes(kernel, tiling, H200) == row["shared_bytes"], (
+            assert triton_forward_shared_bytes(kernel, tiling, hw) == row["shared_bytes"], (
                 d, dtype, causal, tiling)
             compared += 1
-    assert compared == 2000
+    assert compared == 1000 * len(dtypes)
 
 
 def test_by_hand():
@@ -63,19 +70,41 @@ def test_by_hand():
         16 * 128 * 2 + 2 * 32768 + 16 * 128 * 2)
 
 
+def test_by_hand_on_sm_80():
+    """mma.sync throughout: Q and num_stages - 1 buffers each of K and V (one buffer of
+    the larger tile at one stage), and P only where the tile has fewer rows than the head
+    dim. 64 x 64, 2 stages: d = 128, Q 16 KB, K and V 16 KB each, P 8 KB; d = 64, Q, K and
+    V 8 KB each, no P."""
+    cases = {(128, Tiling(64, 64, 2, 4)): 16384 + 2 * 16384 + 8192,
+             (64, Tiling(64, 64, 2, 4)): 3 * 8192,
+             (64, Tiling(128, 64, 3, 8)): 16384 + 2 * 2 * 8192,
+             (128, Tiling(32, 128, 1, 4)): 8192 + 32768 + 8192}
+    for (d, tiling), expected in cases.items():
+        kernel = _kernel(AttentionProblem(4, 16, 4096, d), tiling, "fa2")
+        assert triton_forward_shared_bytes(kernel, tiling, A100) == expected, (d, tiling)
+        assert kernel_residency(kernel, tiling, d, A100).smem_per_cta_bytes == expected
+
+
 def test_where_the_rule_is_not_taken():
-    """Other kernels, and other architectures, keep the schedule's SRAM."""
+    """Other kernels, and other architectures, keep the schedule's SRAM; on sm_80, decode's
+    split and head dims other than 64 and 128 too."""
     tiling = Tiling(64, 64, 2, 4)
     problem = AttentionProblem(1, 2, 1024, 64, pass_="bwd")
     for kernel in build_schedule(problem, tiling, "fa2").kernels:
         assert triton_forward_shared_bytes(kernel, tiling, H200) is None
+        assert triton_forward_shared_bytes(kernel, tiling, A100) is None
     forward = _kernel(AttentionProblem(1, 2, 1024, 64), tiling, "fa2")
-    a100 = load_hardware("a100-sxm4-80gb")
-    assert triton_forward_shared_bytes(forward, tiling, a100) is None
-    assert kernel_residency(forward, tiling, 64, a100).smem_per_cta_bytes == forward.sram_bytes
+    ada = load_hardware("rtx-4090")
+    assert triton_forward_shared_bytes(forward, tiling, ada) is None
+    assert kernel_residency(forward, tiling, 64, ada).smem_per_cta_bytes == forward.sram_bytes
+    wide = _kernel(AttentionProblem(1, 2, 1024, 256), tiling, "fa2")
+    assert triton_forward_shared_bytes(wide, tiling, A100) is None
+    split = Tiling(16, 128, 2, 4, split_kv=2)
+    assert triton_forward_shared_bytes(_kernel(DECODE, split, "decode"), split, A100) is None
     for dtype in ("fp32", "fp8"):  # no compile of ours bears the rule out for them
         other = _kernel(AttentionProblem(1, 2, 1024, 64, dtype=dtype), tiling, "fa2")
         assert triton_forward_shared_bytes(other, tiling, H200) is None
+        assert triton_forward_shared_bytes(other, tiling, A100) is None
 
 
 def test_residency_takes_it_and_a_compile_overrides_it():
@@ -109,3 +138,12 @@ def test_fresh_compiles_of_decode_and_the_forward():
         wgmma = uses_wgmma(H200, kernel.mma_rows, tiling.num_warps)
         assert triton_forward_shared_bytes(kernel, tiling, H200) == compiled.shared_bytes, (
             schedule, tiling, wgmma)
+    # and FA2's forward on sm_80, P in shared memory (block_m < head_dim) and not
+    for d, tiling in ((128, Tiling(64, 64, 2, 4)), (64, Tiling(64, 128, 3, 8))):
+        problem = AttentionProblem(4, 16, 4096, d)
+        kernel = _kernel(problem, tiling, "fa2")
+        (compiled,) = resources.measure(["fa2_fwd"], archs=(80,), dtype="bf16", head_dim=d,
+                                        tilings=[tiling], **resources.problem_shape(problem))
+        assert compiled.error is None, compiled.error
+        assert triton_forward_shared_bytes(kernel, tiling, A100) == compiled.shared_bytes, (
+            d, tiling)
