@@ -170,7 +170,7 @@ LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows":
 # a power of two: one compile per row width, launched with that many queries and keys.
 SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
 # A dtype whose compile another's row stands for, where the table lacks its own (module
-# docstring): fp16's backward kernels, from their bf16 compiles.
+# docstring): fp16's backward kernels (on sm_80 its forward too), from their bf16 compiles.
 STAND_IN = {"fp16": "bf16"}
 # The query heads whose compile stands for any other count but 1 and the multiples of 16.
 HEADS_STAND_IN = 16
