@@ -246,7 +246,7 @@ def test_a_fit_on_filled_loop_facts_says_so_and_with_which_triton(tmp_path, monk
 
     fitted_on: list = []
 
-    def marking(records, progress=None):
+    def marking(records, progress=None, served=None):
         out = [dict(r, marked=True) for r in records]
         return out, len(out)
 

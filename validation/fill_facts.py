@@ -83,8 +83,8 @@ def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dic
     and ``"table_triton"``, the Triton it was compiled with."""
     from kernels import table
 
-    served = {i for i, rec in enumerate(records) if _table_rows(rec) is not None}
-    out, count = fill_loop_facts(records, progress=progress)
+    served: set[int] = set()
+    out, count = fill_loop_facts(records, progress=progress, served=served)
     from_table = sum(1 for i in served if out[i] is not records[i])
     said = compilers([rec for i, rec in enumerate(records) if i not in served])
     archs = {_arch(rec) for i, rec in enumerate(records) if i in served}
@@ -105,21 +105,25 @@ def sources_phrase(filled: dict, table: str, compiled: str) -> str:
     return f"{table} for {from_table}, {compiled} for {records - from_table}"
 
 
-def fill_loop_facts(records: list[dict], progress=None) -> tuple[list[dict], int]:
+def fill_loop_facts(records: list[dict], progress=None,
+                    served: set[int] | None = None) -> tuple[list[dict], int]:
     """``(records, filled)``: the records with loop facts added to the kernel facts of the
     Triton records that have none (copies; the others as they were), and how many records
     gained any. Each takes them from tilesim's table of compiles (``kernels.table``) where
     it has every kernel of the record and was compiled with the Triton the record's device
     ran, for its architecture: the device's own facts, with no compile; the others from a
     compile here for their GPU's architecture. ``progress(done, total)`` hears of each
-    problem compiled. ``ProblemError`` (one line) when some record needs a compile and
-    nothing can be compiled here (no torch or triton)."""
+    problem compiled; ``served``, where given, gains the index of each record the table
+    served (whether or not its facts took). ``ProblemError`` (one line) when some record
+    needs a compile and nothing can be compiled here (no torch or triton)."""
     from kernels import resources  # imports neither torch nor triton
 
     out, filled = list(records), 0
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, rec in enumerate(records):
         if (rows := _table_rows(rec)) is not None:
+            if served is not None:
+                served.add(i)
             if (gained := _with_facts(rec, rows)) is not None:
                 out[i], filled = gained, filled + 1
         elif _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
