@@ -30,6 +30,12 @@ PROBLEMS = {
     "Llama 2 7B training, fwd+bwd (B 4, H 32, N 2048, d 128, causal)":
         ["--batch", "4", "--heads", "32", "--seq", "2048", "--head-dim", "128", "--causal",
          "--pass", "fwd+bwd"],
+    "Llama 3 8B prefill, GQA (B 1, H 32, 8 K/V heads, N 8192, d 128, causal)":
+        ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seq", "8192", "--head-dim",
+         "128", "--causal"],
+    "Llama 3 8B fine-tuning, GQA, fwd+bwd (B 2, H 32, 8 K/V heads, N 4096, d 128, causal)":
+        ["--batch", "2", "--heads", "32", "--kv-heads", "8", "--seq", "4096", "--head-dim",
+         "128", "--causal", "--pass", "fwd+bwd"],
 }
 
 

@@ -113,8 +113,16 @@ d = 64, 192 at d = 128; dQ 226 and 169; dK/dV 222 and 163), 63-84% take other re
 than on sm_90 (0.13-2.21 times; the preprocess 30-40%), and in 93 of the forward's, 93
 of dQ's and 139 of dK/dV's ptxas keeps 32 registers and spills the rest to the stack
 (FA2's forward at d = 64 with 128 x 256 tiles and 4 warps: 13,104 bytes a thread; sm_90
-keeps 255 and 1,616), which no estimate sees. GQA, lengths off the multiples of 16,
-head_dim 256, FA1 and naive attention stay estimated on sm_80.
+keeps 255 and 1,616), which no estimate sees. And with GQA (seventeenth session): FA2's
+forward, dQ and dK/dV at group ``GQA_GROUP``, as on sm_90, the same four launches each.
+Their rows differ from group 1's in every job: the forward's and dQ's registers 0.76-1.47
+times, spilling in the same tilings; dK/dV's, which loops over the group, 0.13-7.97
+times (some of group 1's 32-register spillers keep a thread's registers at group 4, and
+the other way round), other spills in 1-5 tilings. From sm_90's group-4 rows they differ
+in every job too (registers 0.13-2.23 times, other spills in 1-13% of the tilings). The
+stand-ins hold for them (the same sample: fp16 and 12 heads equal their rows in every
+fact, 32 jobs each). Lengths off the multiples of 16, head_dim 256, FA1 and naive
+attention stay estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
@@ -140,8 +148,9 @@ forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
     python -m kernels.table build --arch 80
 
-(sm_80's 3,100 jobs took 103 minutes on two cores: dK/dV 59 of them, dQ 24, the
-forward 19.)
+(sm_80's 3,100 jobs without GQA took 103 minutes on two cores: dK/dV 59 of them, dQ 24,
+the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly beside
+other work.)
 """
 
 from __future__ import annotations
@@ -251,9 +260,11 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP))
 
 # sm_80 (the A100 presets; sixteenth session): FA2's forward and its backward's three
-# kernels at head_dim 64 and 128, causal and not, in bf16 (fp16 takes them: ``STAND_IN``).
+# kernels at head_dim 64 and 128, causal and not, in bf16 (fp16 takes them: ``STAND_IN``);
+# and with GQA (seventeenth session): Llama 2 70B's, Llama 3's and Mistral's attention.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
-                 + _variants(FA2_BACKWARD, BF16))
+                 + _variants(FA2_BACKWARD, BF16)
+                 + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP))
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 

@@ -342,11 +342,12 @@ def test_the_a100_takes_the_sm80_table(capsys):
     """sm_80 compiles otherwise than sm_90 (mma.sync, not wgmma; 164 KB of shared memory):
     the A100 presets take the sm_80 table's own rows, which differ from sm_90's in most
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
-    the rest, every iteration, which the estimate cannot see. What the sm_80 table lacks
-    (naive attention) stays estimated there."""
-    def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False):
+    the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
+    as on sm_90. What the sm_80 table lacks (naive attention) stays estimated there."""
+    def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1):
         return table.lookup(resources.job_key(kernel, arch, "bf16", head_dim, tiling,
-                                              **dict(table.LAUNCH, causal=causal)))
+                                              **dict(table.LAUNCH, causal=causal,
+                                                     group=group)))
 
     tilings = table.sweep_space()
     differ = [t for t in tilings if dict(row(80, t), arch=90) != row(90, t)]
@@ -367,6 +368,16 @@ def test_the_a100_takes_the_sm80_table(capsys):
     registers = {k["name"]: k["registers_per_thread"] for k in both["kernels"]}
     assert registers == {name: row(80, Tiling(64, 64, 3, 4), name, causal=True)["registers"]
                          for name in registers}
+    # GQA (K/V heads shared by 4 query heads) takes the group-4 rows, not group 1's
+    gqa = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal",
+               **{"kv-heads": 4, "head-dim": 128, "block-m": 32, "block-n": 32, "stages": 3,
+                  "warps": 8})
+    assert {k["resources"] for k in gqa["kernels"]} == {"table"}
+    taken = {k["name"]: k["registers_per_thread"] for k in gqa["kernels"]}
+    for name in ("fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv"):
+        grouped, single = (row(80, Tiling(32, 32, 3, 8), name, causal=True, group=group)
+                           for group in (table.GQA_GROUP, 1))
+        assert taken[name] == grouped["registers"] != single["registers"], name
     # fp16 takes the bf16 compile there too (``STAND_IN``)
     fp16 = a100("--dtype", "fp16", **{"head-dim": 64, "block-m": 64, "block-n": 64})
     (k,) = fp16["kernels"]

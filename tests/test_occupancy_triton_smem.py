@@ -31,16 +31,20 @@ def _kernel(problem, tiling, schedule):
 
 @pytest.mark.parametrize("hw", [H200, A100], ids=["sm_90", "sm_80"])
 def test_every_fa2_forward_compile_of_the_table(hw):
-    """d 64 and 128, causal or not, the sweep's tilings: 2,000 compiles on sm_90 (bf16
-    and fp16), 1,000 on sm_80 (bf16; its table has no fp16 forward of its own)."""
+    """d 64 and 128, causal or not, the sweep's tilings: on sm_90 2,000 compiles without
+    GQA (bf16 and fp16) and 1,000 with it (bf16), on sm_80 1,000 and 1,000 (bf16; its
+    table has no fp16 forward of its own). GQA changes the registers, not the tiles."""
     arch = hw.compute_capability
     if not table.current(arch):
         pytest.fail(f"the sm_{arch} table of compiles is stale: "
                     f"python -m kernels.table build --arch {arch}")
     dtypes = ("bf16", "fp16") if arch == 90 else ("bf16",)
+    launches = [(dtype, 16) for dtype in dtypes] + [("bf16", 16 // table.GQA_GROUP)]
     compared = 0
-    for d, dtype, causal in itertools.product((64, 128), dtypes, (False, True)):
-        problem = AttentionProblem(4, 16, 4096, d, dtype=dtype, causal=causal)
+    for d, (dtype, kv_heads), causal in itertools.product((64, 128), launches,
+                                                          (False, True)):
+        problem = AttentionProblem(4, 16, 4096, d, kv_heads=kv_heads, dtype=dtype,
+                                   causal=causal)
         for tiling in table.sweep_space():
             row = table.problem_rows(problem, tiling, ["fa2_fwd"], arch).get("fa2_fwd")
             if row is None or row.get("shared_bytes") is None:
@@ -49,7 +53,7 @@ def test_every_fa2_forward_compile_of_the_table(hw):
             assert triton_forward_shared_bytes(kernel, tiling, hw) == row["shared_bytes"], (
                 d, dtype, causal, tiling)
             compared += 1
-    assert compared == 1000 * len(dtypes)
+    assert compared == 1000 * len(launches)
 
 
 def test_by_hand():
