@@ -117,8 +117,8 @@ keeps 255 and 1,616), which no estimate sees. And with GQA (seventeenth session)
 forward, dQ and dK/dV at group ``GQA_GROUP``, as on sm_90, the same four launches each.
 Their rows differ from group 1's in every job: the forward's and dQ's registers 0.76-1.47
 times, spilling in the same tilings; dK/dV's, which loops over the group, 0.13-7.97
-times (some of group 1's 32-register spillers keep a thread's registers at group 4, and
-the other way round), other spills in 1-5 tilings. From sm_90's group-4 rows they differ
+times (some of group 1's 32-register spillers take 255 at group 4, and the other way
+round), other spills in 1-5 tilings. From sm_90's group-4 rows they differ
 in every job too (registers 0.13-2.23 times, other spills in 1-13% of the tilings). The
 stand-ins hold for them (the same sample: fp16 and 12 heads equal their rows in every
 fact, 32 jobs each). Lengths off the multiples of 16, head_dim 256, FA1 and naive
