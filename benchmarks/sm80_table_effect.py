@@ -1,7 +1,7 @@
 """What the sm_80 table of compiles (kernels/table.py) changes for an A100 user.
 
 Run from the repository root:
-    python benchmarks/sm80_table_effect.py [--jobs 2]
+    python benchmarks/sm80_table_effect.py [--jobs 2] [--match TEXT]
 
 For a few common problems on the A100 preset, predicts the default tiling and runs
 `tilesim sweep` twice, as a user without Triton does: with the table's compile facts (what
@@ -36,6 +36,13 @@ PROBLEMS = {
     "Llama 3 8B fine-tuning, GQA, fwd+bwd (B 2, H 32, 8 K/V heads, N 4096, d 128, causal)":
         ["--batch", "2", "--heads", "32", "--kv-heads", "8", "--seq", "4096", "--head-dim",
          "128", "--causal", "--pass", "fwd+bwd"],
+    "Llama 3 8B prefill of a prompt as it comes, GQA (B 1, H 32, 8 K/V heads, N 3000, "
+    "d 128, causal)":
+        ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seq", "3000", "--head-dim",
+         "128", "--causal"],
+    "FA1's forward, Llama 2 7B prefill (B 1, H 32, N 4096, d 128, causal)":
+        ["--schedule", "fa1", "--batch", "1", "--heads", "32", "--seq", "4096", "--head-dim",
+         "128", "--causal"],
 }
 
 
@@ -54,9 +61,13 @@ def ranked(results: list[dict]) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--match", default="",
+                        help="only the problems whose name contains this text")
     args = parser.parse_args()
     jobs = ["--jobs", str(args.jobs)]
     for name, problem in PROBLEMS.items():
+        if args.match not in name:
+            continue
         table = tilesim("simulate", *HARDWARE, *problem)
         estimate = tilesim("simulate", *HARDWARE, *problem, "--estimated-resources")
         sources = sorted({k["resources"] for k in table["kernels"]})

@@ -127,9 +127,9 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   workers=1, causal=False, seq_kv=4096, **gqa)
     problem = AttentionProblem(batch=1, heads=32, kv_heads=4, seq_q=4096, head_dim=64)
     assert table.problem_rows(problem, tiling, ["fa2_fwd"])["fa2_fwd"] == result.to_dict()
-    # sm_80's table: FA2's forward and dK/dV compiled for the A100
+    # sm_80's table: FA2's forward and dK/dV, and FA1's forward, compiled for the A100
     shape = dict(table.LAUNCH, causal=True)
-    for kernel in ("fa2_fwd", "fa2_bwd_dkdv"):
+    for kernel in ("fa2_fwd", "fa2_bwd_dkdv", "fa1_fwd"):
         (result,) = resources.measure([kernel], archs=(80,), dtype="bf16", head_dim=128,
                                       tilings=[Tiling(64, 64, 3, 4)], workers=1, **shape)
         key = resources.job_key(kernel, 80, "bf16", 128, Tiling(64, 64, 3, 4), **shape)
@@ -343,19 +343,21 @@ def test_the_a100_takes_the_sm80_table(capsys):
     the A100 presets take the sm_80 table's own rows, which differ from sm_90's in most
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
-    as on sm_90. What the sm_80 table lacks (naive attention) stays estimated there."""
-    def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1):
-        return table.lookup(resources.job_key(kernel, arch, "bf16", head_dim, tiling,
+    as on sm_90, and so do lengths off the multiples of 16 and FA1. What the sm_80 table
+    lacks (naive attention) stays estimated there."""
+    def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
+            dtype="bf16"):
+        return table.lookup(resources.job_key(kernel, arch, dtype, head_dim, tiling,
                                               **dict(table.LAUNCH, causal=causal,
-                                                     group=group)))
+                                                     group=group, seq_q=seq, seq_kv=seq)))
 
     tilings = table.sweep_space()
     differ = [t for t in tilings if dict(row(80, t), arch=90) != row(90, t)]
     assert len(differ) > len(tilings) // 2
 
-    def a100(*extra, **flags):
+    def a100(*extra, seq=2048, **flags):
         argv = ["simulate", "--hardware", "a100-sxm4-80gb", "--json", "--batch", "1",
-                "--heads", "16", "--seq", "2048", *extra]
+                "--heads", "16", "--seq", str(seq), *extra]
         for name, value in flags.items():
             argv += [f"--{name}", str(value)]
         code, out, err = _cli(argv, capsys)
@@ -378,6 +380,30 @@ def test_the_a100_takes_the_sm80_table(capsys):
         grouped, single = (row(80, Tiling(32, 32, 3, 8), name, causal=True, group=group)
                            for group in (table.GQA_GROUP, 1))
         assert taken[name] == grouped["registers"] != single["registers"], name
+    # a prompt as it comes (lengths off the multiples of 16), with GQA too, takes the rows
+    # at such lengths: a tiling whose registers differ from those at 4096
+    for group in (1, table.GQA_GROUP):
+        tiling = next(t for t in tilings if t.block_m <= 64 and t.block_n <= 64
+                      and row(80, t, causal=True, group=group, seq=1000)["error"] is None
+                      and row(80, t, causal=True, group=group, seq=1000)["registers"]
+                      != row(80, t, causal=True, group=group)["registers"])
+        off = a100("--causal", seq=3000, **{"kv-heads": 16 // group, "head-dim": 128,
+                                            "block-m": tiling.block_m,
+                                            "block-n": tiling.block_n,
+                                            "stages": tiling.num_stages,
+                                            "warps": tiling.num_warps})
+        (k,) = off["kernels"]
+        assert k["resources"] == "table", group
+        assert k["registers_per_thread"] == row(80, tiling, causal=True, group=group,
+                                                seq=1000)["registers"], group
+    # FA1's forward, in bf16 and in fp16, which compiles otherwise (its own rows)
+    for dtype in ("bf16", "fp16"):
+        fa1 = a100("--dtype", dtype, schedule="fa1",
+                   **{"head-dim": 64, "block-m": 64, "block-n": 64})
+        (k,) = fa1["kernels"]
+        own = row(80, Tiling(64, 64, 2, 4), "fa1_fwd", head_dim=64, dtype=dtype)
+        assert k["resources"] == "table" and own["dtype"] == dtype
+        assert k["registers_per_thread"] == own["registers"]
     # fp16 takes the bf16 compile there too (``STAND_IN``)
     fp16 = a100("--dtype", "fp16", **{"head-dim": 64, "block-m": 64, "block-n": 64})
     (k,) = fp16["kernels"]

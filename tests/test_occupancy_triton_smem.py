@@ -1,9 +1,9 @@
 """The shared memory an attention forward loop takes where no compile says
 (``simulator.occupancy.triton_forward_shared_bytes``), against Triton's own compiles: every
-FA2 forward row of tilesim's table (Triton 3.6.0, no Triton needed here), and fresh
-compiles of decode's split and of FA2's forward with the Triton installed (the rule held
-under 3.6.0 and 3.9.0 alike). On sm_80 the rule differs (P) and is taken for FA2's
-forward alone."""
+FA2 forward row of tilesim's tables at d = 64 and 128 (Triton 3.6.0, no Triton needed
+here), and fresh compiles of decode's split and of FA2's forward with the Triton installed
+(the rule held under 3.6.0 and 3.9.0 alike). On sm_80 the rule differs (P) and is taken
+for FA2's forward alone."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def _kernel(problem, tiling, schedule):
 
 @pytest.mark.parametrize("hw", [H200, A100], ids=["sm_90", "sm_80"])
 def test_every_fa2_forward_compile_of_the_table(hw):
-    """d 64 and 128, causal or not, the sweep's tilings: on sm_90 2,000 compiles without
-    GQA (bf16 and fp16) and 1,000 with it (bf16), on sm_80 1,000 and 1,000 (bf16; its
-    table has no fp16 forward of its own). GQA changes the registers, not the tiles."""
+    """d 64 and 128, causal or not, the sweep's tilings, at lengths on the multiples of 16
+    (4096) and off them (1000): on sm_90 2,000 compiles at each without GQA (bf16 and fp16)
+    and 1,000 with it (bf16), on sm_80 1,000 and 1,000 (bf16; its table has no fp16
+    forward of its own). GQA and the lengths change the registers, not the tiles."""
     arch = hw.compute_capability
     if not table.current(arch):
         pytest.fail(f"the sm_{arch} table of compiles is stale: "
@@ -41,9 +42,9 @@ def test_every_fa2_forward_compile_of_the_table(hw):
     dtypes = ("bf16", "fp16") if arch == 90 else ("bf16",)
     launches = [(dtype, 16) for dtype in dtypes] + [("bf16", 16 // table.GQA_GROUP)]
     compared = 0
-    for d, (dtype, kv_heads), causal in itertools.product((64, 128), launches,
-                                                          (False, True)):
-        problem = AttentionProblem(4, 16, 4096, d, kv_heads=kv_heads, dtype=dtype,
+    for seq, d, (dtype, kv_heads), causal in itertools.product(
+            (4096, table.OFF_16_SEQ), (64, 128), launches, (False, True)):
+        problem = AttentionProblem(4, 16, seq, d, kv_heads=kv_heads, dtype=dtype,
                                    causal=causal)
         for tiling in table.sweep_space():
             row = table.problem_rows(problem, tiling, ["fa2_fwd"], arch).get("fa2_fwd")
@@ -53,7 +54,7 @@ def test_every_fa2_forward_compile_of_the_table(hw):
             assert triton_forward_shared_bytes(kernel, tiling, hw) == row["shared_bytes"], (
                 d, dtype, causal, tiling)
             compared += 1
-    assert compared == 1000 * len(launches)
+    assert compared == 2 * 1000 * len(launches)
 
 
 def test_by_hand():
