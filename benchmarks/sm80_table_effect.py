@@ -40,6 +40,10 @@ PROBLEMS = {
     "d 128, causal)":
         ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seq", "3000", "--head-dim",
          "128", "--causal"],
+    "Llama 3 8B chunked prefill, GQA: a 512-token chunk after 2488 cached (B 1, H 32, "
+    "8 K/V heads, N_q 512, N_kv 3000, d 128, causal)":
+        ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seq", "512", "--kv-seq",
+         "3000", "--head-dim", "128", "--causal"],
     "FA1's forward, Llama 2 7B prefill (B 1, H 32, N 4096, d 128, causal)":
         ["--schedule", "fa1", "--batch", "1", "--heads", "32", "--seq", "4096", "--head-dim",
          "128", "--causal"],

@@ -122,15 +122,19 @@ round), other spills in 1-5 tilings. From sm_90's group-4 rows they differ
 in every job too (registers 0.13-2.23 times, other spills in 1-13% of the tilings). The
 stand-ins hold for them (the same sample: fp16 and 12 heads equal their rows in every
 fact, 32 jobs each). And (eighteenth session) FA2's forward at lengths off the multiples
-of 16, with and without GQA, and FA1's forward in bf16 and fp16, as on sm_90. Off the
-multiples, FA2's forward differs from its rows at 4096 in some fact in all but 6 of the
-1,688 fitting jobs (registers in 16-29% of them, 0.13-7.97 times, other spills in up to
-7 tilings a launch); as many of its tilings keep 32 registers and spill (19 to 31 a
-launch; one more at d = 128, causal). FA1's rows differ from sm_90's in every job but 2
-(registers in 63-72%, 0.13-1.68 times) and from FA2's on sm_80 in all; in fp16 its
-registers differ from bf16's in 9 to 38 tilings a launch. Head_dim 256, FA2's backward
-off the multiples of 16, the keys alone off them, and naive attention stay estimated on
-sm_80.
+of 16, both or the keys' alone, with and without GQA, and FA1's forward in bf16 and fp16,
+as on sm_90. With both off the multiples, FA2's forward differs from its rows at 4096 in
+some fact in all but 6 of the 1,688 fitting jobs (registers in 16-29% of them, 0.13-7.97
+times, other spills in up to 7 tilings a launch); as many of its tilings keep 32
+registers and spill (19 to 31 a launch; one more at d = 128, causal). With the keys'
+alone off them, its rows differ from those with both off as on sm_90: in 10% of the jobs
+at d = 64 (never in registers), in 50% at d = 128 (registers in 11-16%, 0.91-1.11
+times). FA1's rows differ from sm_90's in every job but 2 (registers in 63-72%,
+0.13-1.68 times) and from FA2's on sm_80 in all; in fp16 its registers differ from
+bf16's in 9 to 38 tilings a launch. The stand-ins hold for them
+(the same sample: FA2's forward off the multiples equals its rows in fp16, and it and
+FA1's forward at 12 heads, in every fact, 32 jobs each). Head_dim 256, FA2's backward
+off the multiples of 16 and naive attention stay estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
@@ -158,8 +162,8 @@ forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim
 
 (sm_80's 3,100 jobs without GQA took 103 minutes on two cores: dK/dV 59 of them, dQ 24,
 the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly beside
-other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, and FA1's forward,
-2,000, 34.)
+other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys alone
+off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work.)
 """
 
 from __future__ import annotations
@@ -271,13 +275,16 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # sm_80 (the A100 presets; sixteenth session): FA2's forward and its backward's three
 # kernels at head_dim 64 and 128, causal and not, in bf16 (fp16 takes them: ``STAND_IN``);
 # with GQA (seventeenth session): Llama 2 70B's, Llama 3's and Mistral's attention; and
-# (eighteenth session) FA2's forward at lengths off the multiples of 16, with and without
-# GQA (prefill of a prompt as it comes), and FA1's forward in both dtypes, as on sm_90.
+# (eighteenth session) FA2's forward at lengths off the multiples of 16, both (prefill
+# of a prompt as it comes) or the keys' alone (chunked prefill, cross-attention), with and
+# without GQA, and FA1's forward in both dtypes, as on sm_90.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
                  + _variants(("fa2_fwd",), BF16, seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ)
+                 + _variants(("fa2_fwd",), BF16, kv_seq=OFF_16_SEQ)
+                 + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, kv_seq=OFF_16_SEQ)
                  + _variants(("fa1_fwd",), BOTH_DTYPES))
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 

@@ -4,6 +4,7 @@ own compiles, and what the prediction commands take without ``--compiled-resourc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import itertools
 import json
@@ -343,13 +344,14 @@ def test_the_a100_takes_the_sm80_table(capsys):
     the A100 presets take the sm_80 table's own rows, which differ from sm_90's in most
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
-    as on sm_90, and so do lengths off the multiples of 16 and FA1. What the sm_80 table
-    lacks (naive attention) stays estimated there."""
+    as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
+    keys' alone) and FA1. What the sm_80 table lacks (naive attention) stays estimated
+    there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
-            dtype="bf16"):
-        return table.lookup(resources.job_key(kernel, arch, dtype, head_dim, tiling,
-                                              **dict(table.LAUNCH, causal=causal,
-                                                     group=group, seq_q=seq, seq_kv=seq)))
+            kv_seq=None, dtype="bf16"):
+        launch = dict(table.LAUNCH, causal=causal, group=group, seq_q=seq,
+                      seq_kv=seq if kv_seq is None else kv_seq)
+        return table.lookup(resources.job_key(kernel, arch, dtype, head_dim, tiling, **launch))
 
     tilings = table.sweep_space()
     differ = [t for t in tilings if dict(row(80, t), arch=90) != row(90, t)]
@@ -380,22 +382,27 @@ def test_the_a100_takes_the_sm80_table(capsys):
         grouped, single = (row(80, Tiling(32, 32, 3, 8), name, causal=True, group=group)
                            for group in (table.GQA_GROUP, 1))
         assert taken[name] == grouped["registers"] != single["registers"], name
-    # a prompt as it comes (lengths off the multiples of 16), with GQA too, takes the rows
-    # at such lengths: a tiling whose registers differ from those at 4096
-    for group in (1, table.GQA_GROUP):
+    # a prompt as it comes (lengths off the multiples of 16), and a chunk of it after a
+    # cached prefix (the keys' length alone off them), with GQA too, take the rows at
+    # such lengths: a tiling whose registers differ from those at 4096
+    for (seq, kv_seq), group in itertools.product(((3000, None), (512, 3000)),
+                                                  (1, table.GQA_GROUP)):
+        own = functools.partial(row, 80, causal=True, group=group,
+                                seq=1000 if kv_seq is None else 512,
+                                kv_seq=None if kv_seq is None else 1000)
         tiling = next(t for t in tilings if t.block_m <= 64 and t.block_n <= 64
-                      and row(80, t, causal=True, group=group, seq=1000)["error"] is None
-                      and row(80, t, causal=True, group=group, seq=1000)["registers"]
-                      != row(80, t, causal=True, group=group)["registers"])
-        off = a100("--causal", seq=3000, **{"kv-heads": 16 // group, "head-dim": 128,
-                                            "block-m": tiling.block_m,
-                                            "block-n": tiling.block_n,
-                                            "stages": tiling.num_stages,
-                                            "warps": tiling.num_warps})
+                      and own(t)["error"] is None
+                      and own(t)["registers"] != row(80, t, causal=True,
+                                                     group=group)["registers"])
+        off = a100("--causal", seq=seq, **{"kv-heads": 16 // group, "head-dim": 128,
+                                           "block-m": tiling.block_m,
+                                           "block-n": tiling.block_n,
+                                           "stages": tiling.num_stages,
+                                           "warps": tiling.num_warps},
+                   **({} if kv_seq is None else {"kv-seq": kv_seq}))
         (k,) = off["kernels"]
-        assert k["resources"] == "table", group
-        assert k["registers_per_thread"] == row(80, tiling, causal=True, group=group,
-                                                seq=1000)["registers"], group
+        assert k["resources"] == "table", (seq, kv_seq, group)
+        assert k["registers_per_thread"] == own(tiling)["registers"], (seq, kv_seq, group)
     # FA1's forward, in bf16 and in fp16, which compiles otherwise (its own rows)
     for dtype in ("bf16", "fp16"):
         fa1 = a100("--dtype", dtype, schedule="fa1",

@@ -32,9 +32,11 @@ def _kernel(problem, tiling, schedule):
 @pytest.mark.parametrize("hw", [H200, A100], ids=["sm_90", "sm_80"])
 def test_every_fa2_forward_compile_of_the_table(hw):
     """d 64 and 128, causal or not, the sweep's tilings, at lengths on the multiples of 16
-    (4096) and off them (1000): on sm_90 2,000 compiles at each without GQA (bf16 and fp16)
-    and 1,000 with it (bf16), on sm_80 1,000 and 1,000 (bf16; its table has no fp16
-    forward of its own). GQA and the lengths change the registers, not the tiles."""
+    (4096), off them (1000), and the keys' alone off them (4096 queries, 1000 keys): on
+    sm_90 2,000 compiles at each without GQA (bf16 and fp16; fp16 takes the bf16 rows
+    where the keys alone are off) and 1,000 with it (bf16), on sm_80 1,000 and 1,000
+    (bf16; its table has no fp16 forward of its own). GQA and the lengths change the
+    registers, not the tiles."""
     arch = hw.compute_capability
     if not table.current(arch):
         pytest.fail(f"the sm_{arch} table of compiles is stale: "
@@ -42,10 +44,11 @@ def test_every_fa2_forward_compile_of_the_table(hw):
     dtypes = ("bf16", "fp16") if arch == 90 else ("bf16",)
     launches = [(dtype, 16) for dtype in dtypes] + [("bf16", 16 // table.GQA_GROUP)]
     compared = 0
-    for seq, d, (dtype, kv_heads), causal in itertools.product(
-            (4096, table.OFF_16_SEQ), (64, 128), launches, (False, True)):
-        problem = AttentionProblem(4, 16, seq, d, kv_heads=kv_heads, dtype=dtype,
-                                   causal=causal)
+    lengths = ((4096, 4096), (table.OFF_16_SEQ, table.OFF_16_SEQ), (4096, table.OFF_16_SEQ))
+    for (seq_q, seq_kv), d, (dtype, kv_heads), causal in itertools.product(
+            lengths, (64, 128), launches, (False, True)):
+        problem = AttentionProblem(4, 16, seq_q, d, seq_kv=seq_kv, kv_heads=kv_heads,
+                                   dtype=dtype, causal=causal)
         for tiling in table.sweep_space():
             row = table.problem_rows(problem, tiling, ["fa2_fwd"], arch).get("fa2_fwd")
             if row is None or row.get("shared_bytes") is None:
@@ -54,7 +57,7 @@ def test_every_fa2_forward_compile_of_the_table(hw):
             assert triton_forward_shared_bytes(kernel, tiling, hw) == row["shared_bytes"], (
                 d, dtype, causal, tiling)
             compared += 1
-    assert compared == 2 * 1000 * len(launches)
+    assert compared == len(lengths) * 1000 * len(launches)
 
 
 def test_by_hand():
