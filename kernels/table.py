@@ -131,10 +131,10 @@ alone off them, its rows differ from those with both off as on sm_90: in 10% of 
 at d = 64 (never in registers), in 50% at d = 128 (registers in 11-16%, 0.91-1.11
 times). FA1's rows differ from sm_90's in every job but 2 (registers in 63-72%,
 0.13-1.68 times) and from FA2's on sm_80 in all; in fp16 its registers differ from
-bf16's in 9 to 38 tilings a launch. The stand-ins hold for them
-(the same sample: FA2's forward off the multiples equals its rows in fp16, and it and
-FA1's forward at 12 heads, in every fact, 32 jobs each). Head_dim 256, FA2's backward
-off the multiples of 16 and naive attention stay estimated on sm_80.
+bf16's in 9 to 38 tilings a launch. The stand-ins hold for them (the same sample: FA2's
+forward off the multiples equals its rows in fp16, and it and FA1's forward their rows
+at 12 heads, in every fact, 32 jobs each). Head_dim 256, FA2's backward off the
+multiples of 16 and naive attention stay estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size

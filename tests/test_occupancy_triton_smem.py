@@ -55,7 +55,7 @@ def test_every_fa2_forward_compile_of_the_table(hw):
                 continue
             kernel = _kernel(problem, tiling, "fa2")
             assert triton_forward_shared_bytes(kernel, tiling, hw) == row["shared_bytes"], (
-                d, dtype, causal, tiling)
+                seq_q, seq_kv, d, dtype, causal, tiling)
             compared += 1
     assert compared == len(lengths) * 1000 * len(launches)
 
