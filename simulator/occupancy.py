@@ -121,9 +121,10 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
     more stages a wgmma kernel keeps ``num_stages`` buffers of each tile loaded in the loop
     and an mma.sync kernel ``num_stages - 1``, plus P, which it passes through shared
     memory to the second matmul (wgmma takes it from registers); with one stage, one
-    buffer of the larger tile. It is every one of the 3,000 FA2 forward compiles of
-    tilesim's table (``kernels/table.py``: d = 64 and 128, bf16 and fp16, causal or not,
-    the sweep's 250 tilings; in bf16 with GQA too) and of 80 compiles of decode's split
+    buffer of the larger tile. It is every one of the 8,000 FA2 forward compiles of
+    tilesim's table at d = 64 and 128 (``kernels/table.py``: bf16 and fp16, causal or not,
+    the sweep's 250 tilings; in bf16 with GQA too; at lengths on the multiples of 16 and
+    off them, both or the keys' alone) and of 80 compiles of decode's split
     (d = 64 and 128, block_n 16 to 256, 1 to 4 stages, 4 and 8 warps), byte for byte
     (``tests/test_occupancy_triton_smem.py``). The schedules' SRAM (``num_stages``
     buffers of each tile) is the wgmma kernel's at two stages or more, and up to twice
@@ -132,7 +133,7 @@ def triton_forward_shared_bytes(kernel: Kernel, tiling: Tiling, hw: Hardware) ->
     On sm_80 every matmul is mma.sync and the same rule holds but for P, which Triton
     passes through shared memory only where the tile has fewer rows than the head dim
     (block_m < head_dim; at 64 x 64 and two stages, 16 KB less than on sm_90 at d = 128,
-    8 KB less at d = 64): every FA2 forward compile of tilesim's sm_80 table (2,000: the
+    8 KB less at d = 64): every FA2 forward compile of tilesim's sm_80 table (6,000: the
     same launches in bf16, with GQA and without) and its sample in fp16, byte for byte.
     It is not taken for decode's split there, nor at other head dims, nor for fp32 or
     fp8 tiles, which no compile of ours bears out.
