@@ -30,6 +30,10 @@ PROBLEMS = {
     "Llama 2 7B training, fwd+bwd (B 4, H 32, N 2048, d 128, causal)":
         ["--batch", "4", "--heads", "32", "--seq", "2048", "--head-dim", "128", "--causal",
          "--pass", "fwd+bwd"],
+    "Llama 2 7B fine-tuning on a sample as it comes, fwd+bwd (B 1, H 32, N 3000, d 128, "
+    "causal)":
+        ["--batch", "1", "--heads", "32", "--seq", "3000", "--head-dim", "128", "--causal",
+         "--pass", "fwd+bwd"],
     "Llama 3 8B prefill, GQA (B 1, H 32, 8 K/V heads, N 8192, d 128, causal)":
         ["--batch", "1", "--heads", "32", "--kv-heads", "8", "--seq", "8192", "--head-dim",
          "128", "--causal"],

@@ -277,12 +277,14 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # with GQA (seventeenth session): Llama 2 70B's, Llama 3's and Mistral's attention; and
 # (eighteenth session) FA2's forward at lengths off the multiples of 16, both (prefill
 # of a prompt as it comes) or the keys' alone (chunked prefill, cross-attention), with and
-# without GQA, and FA1's forward in both dtypes, as on sm_90.
+# without GQA, and FA1's forward in both dtypes, as on sm_90; and (nineteenth session)
+# FA2's backward at lengths off the multiples of 16 (training on samples as they come).
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
                  + _variants(("fa2_fwd",), BF16, seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, seq=OFF_16_SEQ)
+                 + _variants(FA2_BACKWARD, BF16, seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, kv_seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, kv_seq=OFF_16_SEQ)
                  + _variants(("fa1_fwd",), BOTH_DTYPES))

@@ -128,13 +128,20 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   workers=1, causal=False, seq_kv=4096, **gqa)
     problem = AttentionProblem(batch=1, heads=32, kv_heads=4, seq_q=4096, head_dim=64)
     assert table.problem_rows(problem, tiling, ["fa2_fwd"])["fa2_fwd"] == result.to_dict()
-    # sm_80's table: FA2's forward and dK/dV, and FA1's forward, compiled for the A100
+    # sm_80's table: FA2's forward and dK/dV, and FA1's forward, compiled for the A100,
     shape = dict(table.LAUNCH, causal=True)
     for kernel in ("fa2_fwd", "fa2_bwd_dkdv", "fa1_fwd"):
         (result,) = resources.measure([kernel], archs=(80,), dtype="bf16", head_dim=128,
                                       tilings=[Tiling(64, 64, 3, 4)], workers=1, **shape)
         key = resources.job_key(kernel, 80, "bf16", 128, Tiling(64, 64, 3, 4), **shape)
         assert table.lookup(key) == result.to_dict()
+    # and its dQ at lengths off the multiples of 16
+    shape = table.variant_shape({"causal": True, "seq": table.OFF_16_SEQ})
+    tiling = Tiling(64, 32, 2, 4)
+    (result,) = resources.measure(["fa2_bwd_dq"], archs=(80,), dtype="bf16", head_dim=64,
+                                  tilings=[tiling], workers=1, **shape)
+    key = resources.job_key("fa2_bwd_dq", 80, "bf16", 64, tiling, **shape)
+    assert table.lookup(key) == result.to_dict()
 
 
 def test_simulate_takes_the_table_without_a_compiler(capsys):
@@ -345,8 +352,8 @@ def test_the_a100_takes_the_sm80_table(capsys):
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
     as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
-    keys' alone) and FA1. What the sm_80 table lacks (naive attention) stays estimated
-    there."""
+    keys' alone), its backward at lengths off them, and FA1. What the sm_80 table lacks
+    (naive attention) stays estimated there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
             kv_seq=None, dtype="bf16"):
         launch = dict(table.LAUNCH, causal=causal, group=group, seq_q=seq,
@@ -403,6 +410,21 @@ def test_the_a100_takes_the_sm80_table(capsys):
         (k,) = off["kernels"]
         assert k["resources"] == "table", (seq, kv_seq, group)
         assert k["registers_per_thread"] == own(tiling)["registers"], (seq, kv_seq, group)
+    # training on samples as they come (lengths off the multiples of 16): the backward's
+    # kernels take their rows at such lengths too, at a tiling whose dK/dV registers differ
+    # from those at 4096
+    own = functools.partial(row, 80, causal=True, seq=1000)
+    tiling = next(t for t in tilings if t.block_m <= 64 and t.block_n <= 64
+                  and all(own(t, name)["error"] is None for name in
+                          ("fa2_fwd", *table.FA2_BACKWARD))
+                  and own(t, "fa2_bwd_dkdv")["registers"]
+                  != row(80, t, "fa2_bwd_dkdv", causal=True)["registers"])
+    trained = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal", seq=3000,
+                   **{"head-dim": 128, "block-m": tiling.block_m, "block-n": tiling.block_n,
+                      "stages": tiling.num_stages, "warps": tiling.num_warps})
+    assert {k["resources"] for k in trained["kernels"]} == {"table"}
+    assert {k["name"]: k["registers_per_thread"] for k in trained["kernels"]} == {
+        name: own(tiling, name)["registers"] for name in ("fa2_fwd", *table.FA2_BACKWARD)}
     # FA1's forward, in bf16 and in fp16, which compiles otherwise (its own rows)
     for dtype in ("bf16", "fp16"):
         fa1 = a100("--dtype", dtype, schedule="fa1",
