@@ -133,8 +133,16 @@ times). FA1's rows differ from sm_90's in every job but 2 (registers in 63-72%,
 0.13-1.68 times) and from FA2's on sm_80 in all; in fp16 its registers differ from
 bf16's in 9 to 38 tilings a launch. The stand-ins hold for them (the same sample: FA2's
 forward off the multiples equals its rows in fp16, and it and FA1's forward their rows
-at 12 heads, in every fact, 32 jobs each). Head_dim 256, FA2's backward off the
-multiples of 16 and naive attention stay estimated on sm_80.
+at 12 heads, in every fact, 32 jobs each). And (nineteenth session) FA2's backward at
+lengths off the multiples of 16 (group 1): its dQ and dK/dV differ from their rows at 4096
+in every fitting job (registers in 23-47% of them, 0.13-7.97 times, other spills in 1-5
+tilings a launch; 14 to 43 tilings a launch keep 32 registers and spill), its
+preprocess in registers alone (10% of the jobs at d = 64, 50% at d = 128, 0.78-1.00
+times); from sm_90's rows of the same launches they differ in every job. The stand-ins
+hold for them (the same sample: dQ and dK/dV equal their rows in fp16 and at 12 heads in
+every fact, 32 jobs each; the preprocess differs in fp16 as at 4096). Head_dim 256,
+FA2's backward with GQA at lengths off the multiples of 16 and naive attention stay
+estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
@@ -163,7 +171,8 @@ forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim
 (sm_80's 3,100 jobs without GQA took 103 minutes on two cores: dK/dV 59 of them, dQ 24,
 the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly beside
 other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys alone
-off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work.)
+off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2's
+backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28.)
 """
 
 from __future__ import annotations
