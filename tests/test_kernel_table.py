@@ -100,8 +100,8 @@ def test_the_table_has_the_h200_records_own_compile_facts():
 
 
 def test_the_table_is_what_its_triton_compiles(monkeypatch):
-    """Two tilings compiled here, the cache off, equal the table's rows, under the Triton
-    the table was made with (others compile differently: skipped)."""
+    """Jobs of both tables compiled here, the cache off, equal their rows, under the Triton
+    the tables were made with (others compile differently: skipped)."""
     triton = pytest.importorskip("triton")
 
     if triton.__version__ != table.header()["triton"]:
@@ -128,14 +128,14 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   workers=1, causal=False, seq_kv=4096, **gqa)
     problem = AttentionProblem(batch=1, heads=32, kv_heads=4, seq_q=4096, head_dim=64)
     assert table.problem_rows(problem, tiling, ["fa2_fwd"])["fa2_fwd"] == result.to_dict()
-    # sm_80's table: FA2's forward and dK/dV, and FA1's forward, compiled for the A100,
+    # sm_80's table: FA2's forward and dK/dV, and FA1's forward, compiled for the A100
     shape = dict(table.LAUNCH, causal=True)
     for kernel in ("fa2_fwd", "fa2_bwd_dkdv", "fa1_fwd"):
         (result,) = resources.measure([kernel], archs=(80,), dtype="bf16", head_dim=128,
                                       tilings=[Tiling(64, 64, 3, 4)], workers=1, **shape)
         key = resources.job_key(kernel, 80, "bf16", 128, Tiling(64, 64, 3, 4), **shape)
         assert table.lookup(key) == result.to_dict()
-    # and its dQ at lengths off the multiples of 16
+    # and FA2's dQ there at lengths off the multiples of 16
     shape = table.variant_shape({"causal": True, "seq": table.OFF_16_SEQ})
     tiling = Tiling(64, 32, 2, 4)
     (result,) = resources.measure(["fa2_bwd_dq"], archs=(80,), dtype="bf16", head_dim=64,
