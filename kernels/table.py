@@ -143,9 +143,10 @@ hold for them (the same sample: dQ and dK/dV equal their rows in fp16 and at 12 
 every fact, 32 jobs each; the preprocess differs in fp16 as at 4096). And FA2's forward
 at head_dim 256 (group 1): 122 of the 250 tilings fit sm_80's shared memory; of those, 36
 (46 causal) spill in the loop and 16 keep 32 registers and spill; every job differs from
-sm_90's row (registers in 70-72%, 0.13-1.62 times). Its stand-ins were not sampled on
-sm_80. FA2's backward at head_dim 256, with GQA at lengths off the multiples of 16, and
-naive attention stay estimated on sm_80.
+sm_90's row (registers in 70-72%, 0.13-1.62 times). The stand-ins hold for it (the same
+sample: fp16 and 12 heads equal its rows in every fact, 16 jobs each). FA2's backward
+at head_dim 256, and with GQA at lengths off the multiples of 16, and naive attention stay
+estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
