@@ -373,6 +373,10 @@ def test_the_a100_takes_the_sm80_table(capsys):
         assert code == 0, err
         return json.loads(out)
 
+    def tiling_flags(tiling):
+        return {"block-m": tiling.block_m, "block-n": tiling.block_n,
+                "stages": tiling.num_stages, "warps": tiling.num_warps}
+
     both = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal",
                 **{"head-dim": 128, "block-m": 64, "block-n": 64, "stages": 3})
     assert {k["resources"] for k in both["kernels"]} == {"table"}
@@ -401,12 +405,8 @@ def test_the_a100_takes_the_sm80_table(capsys):
                       and own(t)["error"] is None
                       and own(t)["registers"] != row(80, t, causal=True,
                                                      group=group)["registers"])
-        off = a100("--causal", seq=seq, **{"kv-heads": 16 // group, "head-dim": 128,
-                                           "block-m": tiling.block_m,
-                                           "block-n": tiling.block_n,
-                                           "stages": tiling.num_stages,
-                                           "warps": tiling.num_warps},
-                   **({} if kv_seq is None else {"kv-seq": kv_seq}))
+        off = a100("--causal", seq=seq, **{"kv-heads": 16 // group, "head-dim": 128},
+                   **tiling_flags(tiling), **({} if kv_seq is None else {"kv-seq": kv_seq}))
         (k,) = off["kernels"]
         assert k["resources"] == "table", (seq, kv_seq, group)
         assert k["registers_per_thread"] == own(tiling)["registers"], (seq, kv_seq, group)
@@ -420,8 +420,7 @@ def test_the_a100_takes_the_sm80_table(capsys):
                   and own(t, "fa2_bwd_dkdv")["registers"]
                   != row(80, t, "fa2_bwd_dkdv", causal=True)["registers"])
     trained = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal", seq=3000,
-                   **{"head-dim": 128, "block-m": tiling.block_m, "block-n": tiling.block_n,
-                      "stages": tiling.num_stages, "warps": tiling.num_warps})
+                   **{"head-dim": 128}, **tiling_flags(tiling))
     assert {k["resources"] for k in trained["kernels"]} == {"table"}
     assert {k["name"]: k["registers_per_thread"] for k in trained["kernels"]} == {
         name: own(tiling, name)["registers"] for name in ("fa2_fwd", *table.FA2_BACKWARD)}
