@@ -140,8 +140,12 @@ tilings a launch; 14 to 43 tilings a launch keep 32 registers and spill), its
 preprocess in registers alone (10% of the jobs at d = 64, 50% at d = 128, 0.78-1.00
 times); from sm_90's rows of the same launches they differ in every job. The stand-ins
 hold for them (the same sample: dQ and dK/dV equal their rows in fp16 and at 12 heads in
-every fact, 32 jobs each; the preprocess differs in fp16 as at 4096). Head_dim 256,
-FA2's backward with GQA at lengths off the multiples of 16 and naive attention stay
+every fact, 32 jobs each; the preprocess differs in fp16 as at 4096). And FA2's forward
+at head_dim 256 (group 1): 122 of the 250 tilings fit sm_80's shared memory; of those, 36
+(46 causal) spill in the loop and 16 keep 32 registers and spill; every job differs from
+sm_90's row (registers in 70-72%, 0.13-1.62 times). The stand-ins hold for it (the same
+sample: fp16 and 12 heads equal its rows in every fact, 16 jobs each). FA2's backward
+at head_dim 256, and with GQA at lengths off the multiples of 16, and naive attention stay
 estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
@@ -172,7 +176,8 @@ forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim
 the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly beside
 other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys alone
 off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2's
-backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28.)
+backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28; FA2's forward at head_dim
+256, 500 jobs, 34.)
 """
 
 from __future__ import annotations
@@ -287,7 +292,8 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # (eighteenth session) FA2's forward at lengths off the multiples of 16, both (prefill
 # of a prompt as it comes) or the keys' alone (chunked prefill, cross-attention), with and
 # without GQA, and FA1's forward in both dtypes, as on sm_90; and (nineteenth session)
-# FA2's backward at lengths off the multiples of 16 (training on samples as they come).
+# FA2's backward at lengths off the multiples of 16 (training on samples as they come),
+# and FA2's forward at head_dim 256 (Gemma), group 1.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
@@ -296,7 +302,8 @@ SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16, seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, kv_seq=OFF_16_SEQ)
                  + _variants(("fa2_fwd",), BF16, group=GQA_GROUP, kv_seq=OFF_16_SEQ)
-                 + _variants(("fa1_fwd",), BOTH_DTYPES))
+                 + _variants(("fa1_fwd",), BOTH_DTYPES)
+                 + _variants(("fa2_fwd",), BF16, head_dims=(256,)))
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 

@@ -352,8 +352,9 @@ def test_the_a100_takes_the_sm80_table(capsys):
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
     as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
-    keys' alone), its backward at lengths off them, and FA1. What the sm_80 table lacks
-    (naive attention) stays estimated there."""
+    keys' alone), its backward at lengths off them, FA1, and FA2's forward at d = 256.
+    What the sm_80 table lacks (naive attention, the backward at d = 256) stays estimated
+    there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
             kv_seq=None, dtype="bf16"):
         launch = dict(table.LAUNCH, causal=causal, group=group, seq_q=seq,
@@ -432,6 +433,26 @@ def test_the_a100_takes_the_sm80_table(capsys):
         own = row(80, Tiling(64, 64, 2, 4), "fa1_fwd", head_dim=64, dtype=dtype)
         assert k["resources"] == "table" and own["dtype"] == dtype
         assert k["registers_per_thread"] == own["registers"]
+    # Gemma's d = 256: the forward takes its rows (the backward stays estimated)
+    gemma = a100("--causal", "--pass", "fwd+bwd", "--mode", "aggregated",
+                 **{"head-dim": 256, "block-m": 64, "block-n": 32, "stages": 1})
+    assert {k["name"]: k["resources"] for k in gemma["kernels"]} == {
+        "fa2_fwd": "table", "fa2_bwd_preprocess": "estimated", "fa2_bwd_dq": "estimated",
+        "fa2_bwd_dkdv": "estimated"}
+    assert gemma["kernels"][0]["registers_per_thread"] == row(
+        80, Tiling(64, 32, 1, 4), head_dim=256, causal=True)["registers"]
+    # with no tile flag, the default tiling: its compile (unlike the estimate's 192 KiB)
+    # fits the A100's 163 KiB, so the commands run it, as they would the user's same
+    # tiling, and take its row (which keeps 32 registers and spills)
+    default = a100("--causal", **{"head-dim": 256})
+    t = default["tiling"]
+    assert Tiling(t["block_m"], t["block_n"], t["num_stages"], t["num_warps"]) == Tiling()
+    (k,) = default["kernels"]
+    own = row(80, Tiling(), head_dim=256, causal=True)
+    assert own["shared_bytes"] <= 163 * 1024 < 192 * 1024
+    assert k["resources"] == "table" and k["registers_per_thread"] == own["registers"]
+    assert k["spill_bytes_per_iteration"] == (own["spill_load_bytes_per_iteration"]
+                                              + own["spill_store_bytes_per_iteration"]) > 0
     # fp16 takes the bf16 compile there too (``STAND_IN``)
     fp16 = a100("--dtype", "fp16", **{"head-dim": 64, "block-m": 64, "block-n": 64})
     (k,) = fp16["kernels"]

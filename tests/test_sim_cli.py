@@ -89,12 +89,13 @@ def test_refused_tiling_exits_2_while_count_answers(capsys):
 
 
 def test_default_tiling_that_cannot_fit_falls_back_to_smaller_blocks(capsys):
-    """FA2's forward at d = 256 in fp16 on the A100 (163 KiB a CTA): the default 128 x 64
-    at two stages holds Q (128 x 256 x 2 B = 64 KiB) and two stages of K and V (4 x 64 x
-    256 x 2 B = 128 KiB), 192 KiB; 64 x 64 holds 32 + 128 = 160 KiB and fits. With no tile
-    flag the commands run that, and say why; with one, the default is refused as before."""
+    """FA2's forward at d = 256 in fp16 on the A100 (163 KiB a CTA), by the tiles'
+    estimate: the default 128 x 64 at two stages holds Q (128 x 256 x 2 B = 64 KiB) and two
+    stages of K and V (4 x 64 x 256 x 2 B = 128 KiB), 192 KiB; 64 x 64 holds 32 + 128 = 160
+    KiB and fits. With no tile flag the commands run that, and say why; with one, the
+    default is refused as before."""
     a100 = ["--hardware", "a100-sxm4-80gb", "--batch", "1", "--heads", "2", "--seq", "256",
-            "--head-dim", "256", "--dtype", "fp16"]
+            "--head-dim", "256", "--dtype", "fp16", "--estimated-resources"]
     pred = _json(capsys, a100)
     assert (pred["tiling"]["block_m"], pred["tiling"]["block_n"]) == (64, 64)
     assert pred["tiling"]["num_stages"] == 2 and pred["tiling"]["num_warps"] == 4
@@ -122,6 +123,48 @@ def test_default_tiling_that_cannot_fit_falls_back_to_smaller_blocks(capsys):
     out, err = capsys.readouterr()
     assert err.strip() == "tilesim: error: split_kv=4 exceeds the 2 K/V blocks of 64 rows"
     assert out == ""
+
+
+def test_the_fallback_rules_fit_by_the_resources_the_command_takes(capsys):
+    """Where tilesim's table of compiles has the kernels, the default tiling falls back
+    exactly where the user's same tiling is refused: both rule by the compile's shared
+    memory, not the estimate's. On the A100 at d = 256 (as above) the table's 128 x 64
+    compile fits; with the GPU's per-CTA limit set below it, the fallback is the first
+    smaller tiling whose compile fits, which the estimate would have refused."""
+    from kernels import table
+    from traces.problem import AttentionProblem
+    from traces.tiling import Tiling
+
+    problem = AttentionProblem(batch=1, heads=2, seq_q=256, head_dim=256, dtype="fp16")
+    names = ["fa2_fwd"]
+
+    def shared(tiling):
+        return table.problem_rows(problem, tiling, names, 80)["fa2_fwd"]["shared_bytes"]
+
+    gemma = ["--hardware", "a100-sxm4-80gb", "--batch", "1", "--heads", "2", "--seq", "256",
+             "--head-dim", "256", "--dtype", "fp16"]
+    default, smaller, smallest = Tiling(), Tiling(64, 64), Tiling(64, 32)
+    assert shared(default) <= 163 * 1024 < 192 * 1024  # the compile fits, the estimate not
+    for argv in (gemma, gemma + ["--stages", str(default.num_stages)]):
+        pred = _json(capsys, argv)
+        tiles = pred["tiling"]
+        assert (tiles["block_m"], tiles["block_n"]) == (default.block_m, default.block_n)
+        assert pred["legal"] and pred["sram_peak_bytes_per_cta"] == shared(default)
+    # a limit between 64 x 64's compile and the default's: the table's fallback is 64 x 64
+    limit = (shared(default) + shared(smaller)) // 2
+    assert limit < 160 * 1024  # the estimate's 64 x 64 does not fit it; 64 x 32 (96 KiB) does
+    capped = gemma + ["--set", f"smem_per_cta_max_bytes={limit}"]
+    assert main(["simulate", *capped]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"fa2_fwd needs {shared(default) / 1024:.1f} KiB of shared memory per CTA, the "
+            f"GPU allows {limit / 1024:.1f} KiB; using BM=64 BN=64 stages=2 warps=4") in out
+    assert main(["simulate", *capped, "--stages", "2"]) == 2
+    assert f"fa2_fwd needs {shared(default) / 1024:.1f} KiB" in capsys.readouterr().err
+    assert main(["simulate", *capped, "--estimated-resources"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("fa2_fwd needs 192.0 KiB of shared memory per CTA, the GPU allows "
+            f"{limit / 1024:.1f} KiB; using BM={smallest.block_m} BN={smallest.block_n} "
+            "stages=2") in out
 
 
 @pytest.mark.parametrize("setting, words", [

@@ -254,7 +254,11 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
     none of ``TILE_FLAGS`` and some kernel of ``schedules`` cannot fit the default on
     ``hw``, the first of ``FALLBACK_BLOCKS`` (at the default's stages, then one) that every
     kernel fits, with a note saying so (None otherwise). Residency as ``simulator.sim``
-    checks it (``misfit``), from the tiles' estimate; a problem the schedules refuse for
+    checks it (``misfit``), with the resources the command then takes
+    (``resources_from_args``: tilesim's table of compiles where it has the kernels, a
+    compile here with ``--compiled-resources``, else the tiles' estimate), so that the
+    default falls back exactly where the user's same tiling would be refused; a tiling
+    whose kernels do not compile counts as not fitting. A problem the schedules refuse for
     any other reason is refused here, as the command would. If none fits, the default
     stays and the command refuses it as before."""
     from dataclasses import replace
@@ -262,13 +266,13 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
     tiling = tiling_from_args(args)
     if any(getattr(args, flag, None) is not None for flag in TILE_FLAGS):
         return tiling, None
-    why = _misfit(problem, tiling, schedules, hw)
+    why = _misfit(args, problem, tiling, schedules, hw)
     if why is None:
         return tiling, None
     for stages in dict.fromkeys((tiling.num_stages, 1)):
         for block_m, block_n in FALLBACK_BLOCKS:
             smaller = replace(tiling, block_m=block_m, block_n=block_n, num_stages=stages)
-            if _misfit(problem, smaller, schedules, hw) is None:
+            if _misfit(args, problem, smaller, schedules, hw) is None:
                 return smaller, (f"note: {why}; using BM={block_m} BN={block_n} stages={stages} "
                                  f"warps={smaller.num_warps}, the first smaller tiling that "
                                  f"fits (--block-m, --block-n, --stages, --warps to choose; "
@@ -276,15 +280,22 @@ def tiling_that_fits(args: argparse.Namespace, problem: AttentionProblem,
     return tiling, None
 
 
-def _misfit(problem: AttentionProblem, tiling: Tiling, schedules: tuple[str, ...],
-            hw) -> str | None:
-    """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw`` (``misfit``'s
-    reason), or None; ``ProblemError`` where a schedule refuses the problem itself."""
+def _misfit(args: argparse.Namespace, problem: AttentionProblem, tiling: Tiling,
+            schedules: tuple[str, ...], hw) -> str | None:
+    """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw`` with the
+    resources ``args`` select (``misfit``'s reason), or why it does not compile; None where
+    every kernel fits. ``ProblemError`` where a schedule refuses the problem itself."""
     from simulator.sim import misfit
     from traces.schedules import build_schedule
 
     for name in schedules:
-        found = misfit(build_schedule(problem, tiling, name), hw)
+        schedule = build_schedule(problem, tiling, name)
+        (compiled,) = resources_from_args(args, problem, [tiling], name, hw)
+        if isinstance(compiled, str):
+            source = ("--compiled-resources" if getattr(args, "compiled_resources", False)
+                      else "the table of compiles")
+            return f"{source}: {compiled}"
+        found = misfit(schedule, hw, compiled)
         if found is not None:
             return found[0]
     return None
