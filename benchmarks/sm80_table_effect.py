@@ -51,6 +51,11 @@ PROBLEMS = {
     "FA1's forward, Llama 2 7B prefill (B 1, H 32, N 4096, d 128, causal)":
         ["--schedule", "fa1", "--batch", "1", "--heads", "32", "--seq", "4096", "--head-dim",
          "128", "--causal"],
+    "Gemma 7B prefill, d 256 (B 1, H 16, N 4096, d 256, causal)":
+        ["--batch", "1", "--heads", "16", "--seq", "4096", "--head-dim", "256", "--causal"],
+    "Naive attention, GPT-2-like prefill (B 8, H 12, N 1024, d 64)":
+        ["--schedule", "naive", "--batch", "8", "--heads", "12", "--seq", "1024",
+         "--head-dim", "64"],
 }
 
 
@@ -81,6 +86,9 @@ def main() -> int:
         sources = sorted({k["resources"] for k in table["kernels"]})
         print(f"{name}: default tiling {table['time_s'] * 1e6:.1f} us from the table "
               f"({', '.join(sources)}), {estimate['time_s'] * 1e6:.1f} estimated")
+        if estimate["tiling"] != table["tiling"]:  # the default fits by one rule alone
+            print(f"  (the default tiling: {table['tiling']} by the table, "
+                  f"{estimate['tiling']} by the estimate)")
         by_table = ranked(tilesim("sweep", *HARDWARE, *problem, *jobs)["results"])
         by_estimate = ranked(tilesim("sweep", *HARDWARE, *problem, *jobs,
                                      "--estimated-resources")["results"])

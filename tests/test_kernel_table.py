@@ -142,6 +142,17 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   tilings=[tiling], workers=1, **shape)
     key = resources.job_key("fa2_bwd_dq", 80, "bf16", 64, tiling, **shape)
     assert table.lookup(key) == result.to_dict()
+    # and naive attention's: a backward kernel, and the softmax of a row width
+    shape, tiling = table.variant_shape({"causal": False}), Tiling(64, 128, 2, 4)
+    (result,) = resources.measure(["naive_bwd_dk"], archs=(80,), dtype="bf16", head_dim=128,
+                                  tilings=[tiling], workers=1, **shape)
+    key = resources.job_key("naive_bwd_dk", 80, "bf16", 128, tiling, **shape)
+    assert table.lookup(key) == result.to_dict()
+    shape, tiling = table.variant_shape({"causal": True, "seq": 2048}), Tiling(64, 64, 2, 8)
+    (result,) = resources.measure(["naive_softmax"], archs=(80,), dtype="fp16",
+                                  head_dim=128, tilings=[tiling], workers=1, **shape)
+    row = table.lookup(resources.job_key("naive_softmax", 80, "fp16", 128, tiling, **shape))
+    assert resources.KernelResources.of_job(row, tiling, 128) == result
 
 
 def test_simulate_takes_the_table_without_a_compiler(capsys):
@@ -308,25 +319,29 @@ def test_launches_and_gpus_the_table_does_not_cover_are_estimated(capsys):
 
 
 def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
-    """The evidence ``table.STAND_IN`` rests on, in the shipped table: FA2's forward and
+    """The evidence ``table.STAND_IN`` rests on, in the shipped tables: FA2's forward and
     naive attention's matmul kernels, at every tiling, head dim and mask, have the same
     facts in fp16 as in bf16 but for the dtype (naive softmax and FA1 do not: they stay
-    apart, ``test_fa1_takes_the_table_as_fa2_does``)."""
-    compared = 0
-    for variant in table.VARIANTS:
-        if variant["dtype"] != "fp16" or variant["kernel"] in ("naive_softmax", "fa1_fwd"):
-            continue
-        shape = table.variant_shape(variant)
-        for tiling in table.sweep_space():
-            rows = [table.lookup(resources.job_key(variant["kernel"], table.ARCH, dtype,
-                                                   variant["head_dim"], tiling, **shape))
-                    for dtype in ("fp16", "bf16")]
-            assert rows[0] is not None and rows[1] is not None
-            assert dict(rows[0], dtype="bf16") == rows[1], (variant, tiling)
-            compared += 1
-    # FA2's forward: d x causal; naive QK, PV: kernel x d; each at lengths on and off the
-    # multiples of 16
-    assert compared == 250 * (4 + 4 + 4 + 4)
+    apart, ``test_fa1_takes_the_table_as_fa2_does``); on sm_80, whose FA2 forward is
+    compiled in bf16 alone, naive attention's matmuls."""
+    compared = {}
+    for arch, variants in table.VARIANTS_OF.items():
+        compared[arch] = 0
+        for variant in variants:
+            if variant["dtype"] != "fp16" or variant["kernel"] in ("naive_softmax",
+                                                                   "fa1_fwd"):
+                continue
+            shape = table.variant_shape(variant)
+            for tiling in table.sweep_space():
+                rows = [table.lookup(resources.job_key(variant["kernel"], arch, dtype,
+                                                       variant["head_dim"], tiling, **shape))
+                        for dtype in ("fp16", "bf16")]
+                assert rows[0] is not None and rows[1] is not None
+                assert dict(rows[0], dtype="bf16") == rows[1], (arch, variant, tiling)
+                compared[arch] += 1
+    # sm_90: FA2's forward, d x causal; naive QK, PV: kernel x d; each at lengths on and
+    # off the multiples of 16. sm_80: naive QK, PV at lengths on them
+    assert compared == {90: 250 * (4 + 4 + 4 + 4), 80: 250 * 4}
 
 
 def test_fp16_backward_takes_its_bf16_compile(capsys):
@@ -352,9 +367,9 @@ def test_the_a100_takes_the_sm80_table(capsys):
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
     as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
-    keys' alone), its backward at lengths off them, FA1, and FA2's forward at d = 256.
-    What the sm_80 table lacks (naive attention, the backward at d = 256) stays estimated
-    there."""
+    keys' alone), its backward at lengths off them, FA1, FA2's forward at d = 256, and
+    naive attention. What the sm_80 table lacks (naive attention off the multiples of 16,
+    the backward at d = 256) stays estimated there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
             kv_seq=None, dtype="bf16"):
         launch = dict(table.LAUNCH, causal=causal, group=group, seq_q=seq,
@@ -467,8 +482,27 @@ def test_the_a100_takes_the_sm80_table(capsys):
                                               + spilled["spill_store_bytes_per_iteration"]) > 0
     assert e["spill_bytes_per_iteration"] is None
     assert shipped["time_s"] > estimated["time_s"]
-    naive = a100(schedule="naive", **{"block-m": 64, "block-n": 64})
-    assert {k["resources"] for k in naive["kernels"]} == {"estimated"}
+    # naive attention, forward and backward: its own sm_80 rows (its softmax the row
+    # width's, 2048), which differ from sm_90's; off the multiples of 16 it is estimated
+    naive_tiles = {"block-m": 64, "block-n": 64}
+    naive = a100("--pass", "fwd+bwd", "--mode", "aggregated", schedule="naive", **naive_tiles)
+    names = [k["name"] for k in naive["kernels"]]
+    problem = AttentionProblem(batch=1, heads=16, seq_q=2048, head_dim=128, pass_="fwd+bwd")
+    own = table.problem_rows(problem, Tiling(64, 64, 2, 4), names, 80)
+    assert len(names) == 8 and own.keys() == set(names)
+    assert {k["name"]: (k["resources"], k["registers_per_thread"]) for k in naive["kernels"]
+            } == {name: ("table", r["registers"]) for name, r in own.items()}
+    sm90 = table.problem_rows(problem, Tiling(64, 64, 2, 4), names, 90)
+    assert all(dict(own[name], arch=90) != sm90[name] for name in names)
+    off = a100(schedule="naive", seq=1000, **naive_tiles)
+    assert {k["resources"] for k in off["kernels"]} == {"estimated"}
+    # so `compare` on the A100 predicts both schedules from compiles
+    code, out, err = _cli(["compare", "--hardware", "a100-sxm4-80gb", "--json", "--batch", "1",
+                           "--heads", "16", "--seq", "2048"], capsys)
+    assert code == 0, err
+    assert {name: {k["resources"] for k in pred["kernels"]}
+            for name, pred in json.loads(out).items() if name in ("naive", "fa2")} == {
+        "naive": {"table"}, "fa2": {"table"}}
     code, out, err = _cli(["sweep", "--hardware", "a100-sxm4-80gb", "--seq", "1024",
                            "--head-dim", "64", "--block-m", "64,128", "--block-n", "64",
                            "--stages", "2", "--warps", "4", "--jobs", "1"], capsys)

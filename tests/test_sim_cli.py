@@ -150,6 +150,14 @@ def test_the_fallback_rules_fit_by_the_resources_the_command_takes(capsys):
         tiles = pred["tiling"]
         assert (tiles["block_m"], tiles["block_n"]) == (default.block_m, default.block_n)
         assert pred["legal"] and pred["sram_peak_bytes_per_cta"] == shared(default)
+    # the compile spills there every iteration, and the summary says so
+    row = table.problem_rows(problem, default, names, 80)["fa2_fwd"]
+    spilled = row["spill_load_bytes_per_iteration"] + row["spill_store_bytes_per_iteration"]
+    assert spilled > 0
+    assert main(["simulate", *gemma]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"fa2: fa2_fwd at this tiling compiles to {row['registers']} registers a thread "
+            f"and spills {spilled} bytes a thread every iteration") in out
     # a limit between 64 x 64's compile and the default's: the table's fallback is 64 x 64
     limit = (shared(default) + shared(smaller)) // 2
     assert limit < 160 * 1024  # the estimate's 64 x 64 does not fit it; 64 x 32 (96 KiB) does

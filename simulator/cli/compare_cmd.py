@@ -30,7 +30,7 @@ def render(preds: dict, hw) -> None:
     from rich.table import Table
 
     from simulator.cli.common import output_console
-    from simulator.cli.render import fmt_bytes, fmt_count, fmt_time
+    from simulator.cli.render import fmt_bytes, fmt_count, fmt_time, spill_notes
 
     naive, fa2 = preds["naive"], preds["fa2"]
     table = Table(title=f"naive vs FlashAttention-2 on {fa2['hardware']}", title_justify="left")
@@ -81,25 +81,6 @@ def render(preds: dict, hw) -> None:
                           markup=False)
     for line in spill_notes(preds):
         console.print(line, markup=False)
-
-
-def spill_notes(preds: dict) -> list[str]:
-    """One line per schedule whose compile spills in its main loop: the compare's tiling
-    is not always one the kernel fits in registers, and a reader should know the bytes
-    come from it, not from the algorithm."""
-    lines = []
-    for name, pred in preds.items():
-        spilling = [k for k in pred["kernels"] if k.get("spill_bytes_per_iteration")]
-        for k in spilling:
-            registers = k.get("registers_per_thread")
-            compiled = (f"compiles to {registers} registers a thread and " if registers
-                        else "")
-            lines.append(
-                f"{name}: {k['name']} at this tiling {compiled}spills "
-                f"{k['spill_bytes_per_iteration']} bytes a thread every iteration (the "
-                f"spills rows); other warps or blocks may not (tilesim sweep --schedule "
-                f"{name} ranks the tilings)")
-    return lines
 
 
 def _intermediate_bytes(pred: dict) -> int:

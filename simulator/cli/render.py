@@ -151,3 +151,24 @@ def print_tables(tables: list) -> None:
     console = output_console()
     for table in tables:
         console.print(table)
+
+
+def spill_notes(preds: dict) -> list[str]:
+    """One line per kernel whose compile spills in its main loop, of each schedule
+    (``preds``: schedule name -> prediction; ``simulate`` and ``compare`` print them): a
+    command's tiling, the default included, is not always one the kernel fits in
+    registers, and a reader should know the bytes and the time come from it, not from
+    the algorithm."""
+    lines = []
+    for name, pred in preds.items():
+        spilling = [k for k in pred["kernels"] if k.get("spill_bytes_per_iteration")]
+        for k in spilling:
+            registers = k.get("registers_per_thread")
+            compiled = (f"compiles to {registers} registers a thread and " if registers
+                        else "")
+            lines.append(
+                f"{name}: {k['name']} at this tiling {compiled}spills "
+                f"{k['spill_bytes_per_iteration']} bytes a thread every iteration (the "
+                f"spills rows); other warps or blocks may not (tilesim sweep --schedule "
+                f"{name} ranks the tilings)")
+    return lines

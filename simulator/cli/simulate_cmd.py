@@ -65,12 +65,12 @@ def run(args) -> int:
     if args.json:
         print_json(pred)
         return 0
-    from simulator.cli.render import counts_tables, print_tables
+    from simulator.cli.render import counts_tables, print_tables, spill_notes
 
     if tiling_note:
         print(tiling_note)
     print_tables(counts_tables(pred) + [timing_table(pred)])
-    for note in repeated_work_notes(pred):
+    for note in repeated_work_notes(pred) + spill_notes({args.schedule: pred}):
         print(note)
     if args.timeline:
         print(f"timeline written to {args.timeline}")
