@@ -53,8 +53,8 @@ PROBLEMS = {
          "128", "--causal"],
     "Gemma 7B prefill, d 256 (B 1, H 16, N 4096, d 256, causal)":
         ["--batch", "1", "--heads", "16", "--seq", "4096", "--head-dim", "256", "--causal"],
-    "Naive attention, GPT-2-like prefill (B 8, H 12, N 1024, d 64)":
-        ["--schedule", "naive", "--batch", "8", "--heads", "12", "--seq", "1024",
+    "Naive attention, GPT-2 small prefill (B 1, H 12, N 1024, d 64)":
+        ["--schedule", "naive", "--batch", "1", "--heads", "12", "--seq", "1024",
          "--head-dim", "64"],
 }
 

@@ -145,19 +145,25 @@ at head_dim 256 (group 1): 122 of the 250 tilings fit sm_80's shared memory; of 
 (46 causal) spill in the loop and 16 keep 32 registers and spill; every job differs from
 sm_90's row (registers in 70-72%, 0.13-1.62 times). The stand-ins hold for it (the same
 sample: fp16 and 12 heads equal its rows in every fact, 16 jobs each). And (twentieth
-session) naive attention at lengths that are multiples of 16, as on sm_90: its matmuls in
-bf16 and fp16 (equal but for the dtype, as on sm_90), its softmax at every row width, its
-backward's five kernels in bf16. Every matmul and backward job differs from sm_90's row
-(registers in 64-90% of them, 0.13-3.57 times), and 5 to 26 tilings a launch keep 32
-registers and spill (naive_qk at d = 128: 20; dV and dK at d = 128: 25 and 26); the
-softmax's registers differ from sm_90's at most row widths (0.63-1.12 times), and at
-65,536 and 131,072 keys it keeps 32 registers and spills, as on sm_90. The stand-ins
-hold for it (the same sample): in fp16 its backward's kernels equal their rows in every
-fact but dS, the elementwise one, as on sm_90 (registers in 4 of 16 jobs, 0.84-1.02
-times; 5-15% fewer prologue instructions in all); at 12 heads its matmuls and backward
-equal their rows in every fact, 16 jobs each.
-FA2's backward at head_dim 256, and with GQA at lengths off the multiples of 16, and
-naive attention at lengths off them stay estimated on sm_80.
+session) naive attention at lengths on and off the multiples of 16, as on sm_90: its
+matmuls in bf16 and fp16 (equal but for the dtype, as on sm_90), its softmax at every
+row width, its backward's five kernels in bf16. At lengths on them, every matmul and
+backward job differs from sm_90's row (registers in 64-90% of them, 0.13-3.57 times),
+and 5 to 26 tilings a launch keep 32 registers and spill (naive_qk at d = 128: 20; dV
+and dK at d = 128: 25 and 26); the softmax's registers differ from sm_90's at most row
+widths (0.63-1.12 times), and at 65,536 and 131,072 keys it keeps 32 registers and
+spills, as on sm_90. The stand-ins hold for it (the same sample): in fp16 its backward's
+kernels equal their rows in every fact but dS, the elementwise one, as on sm_90
+(registers in 4 of 16 jobs, 0.84-1.02 times; 5-15% fewer prologue instructions in all);
+at 12 heads its matmuls and backward equal their rows in every fact, 16 jobs each. Off
+the multiples of 16, its matmuls and backward differ from their rows at 4096 in all but
+5 jobs a launch (registers 0.13-7.97 times), and from sm_90's rows there in all but 5 at
+most; 3 to 32 tilings a launch keep 32 registers and spill. Its softmax, one key short
+of each row width, equals the row width's own compile up to 128 keys and differs from
+256 on (registers 0.80-1.70 times). The stand-ins hold there as at 4096 (dS in fp16:
+registers in 3 of 16 jobs, 0.98 times; 5-14% fewer prologue instructions). FA2's
+backward at head_dim 256, and with GQA at lengths off the multiples of 16, stay
+estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode is always estimated (its compile depends on its split count and group size
@@ -188,7 +194,8 @@ the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly 
 other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys alone
 off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2's
 backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28; FA2's forward at head_dim
-256, 500 jobs, 34.)
+256, 500 jobs, 34; naive attention, 5,060 jobs, 41, and off the multiples, 5,060, 57,
+partly beside other work.)
 """
 
 from __future__ import annotations
@@ -305,8 +312,8 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # without GQA, and FA1's forward in both dtypes, as on sm_90; and (nineteenth session)
 # FA2's backward at lengths off the multiples of 16 (training on samples as they come),
 # and FA2's forward at head_dim 256 (Gemma), group 1; and (twentieth session) naive
-# attention, forward and backward, at lengths that are multiples of 16, as on sm_90, so
-# that `tilesim compare` on an A100 predicts both schedules from compiles.
+# attention, forward and backward, at lengths on and off the multiples of 16, as on
+# sm_90, so that `tilesim compare` on an A100 predicts both schedules from compiles.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
@@ -319,7 +326,10 @@ SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(("fa2_fwd",), BF16, head_dims=(256,))
                  + _variants(NAIVE_MATMULS, BOTH_DTYPES, causal=(False,))
                  + _naive_softmax(lambda row: row)
-                 + _variants(NAIVE_BACKWARD, BF16, causal=(False,)))
+                 + _variants(NAIVE_BACKWARD, BF16, causal=(False,))
+                 + _variants(NAIVE_MATMULS, BOTH_DTYPES, causal=(False,), seq=OFF_16_SEQ)
+                 + _naive_softmax(lambda row: row - 1)
+                 + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ))
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 

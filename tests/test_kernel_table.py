@@ -340,8 +340,8 @@ def test_fp16_compiles_as_bf16_wherever_the_table_has_both():
                 assert dict(rows[0], dtype="bf16") == rows[1], (arch, variant, tiling)
                 compared[arch] += 1
     # sm_90: FA2's forward, d x causal; naive QK, PV: kernel x d; each at lengths on and
-    # off the multiples of 16. sm_80: naive QK, PV at lengths on them
-    assert compared == {90: 250 * (4 + 4 + 4 + 4), 80: 250 * 4}
+    # off the multiples of 16. sm_80: naive QK, PV, at lengths on and off them
+    assert compared == {90: 250 * (4 + 4 + 4 + 4), 80: 250 * (4 + 4)}
 
 
 def test_fp16_backward_takes_its_bf16_compile(capsys):
@@ -368,8 +368,8 @@ def test_the_a100_takes_the_sm80_table(capsys):
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
     as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
     keys' alone), its backward at lengths off them, FA1, FA2's forward at d = 256, and
-    naive attention. What the sm_80 table lacks (naive attention off the multiples of 16,
-    the backward at d = 256) stays estimated there."""
+    naive attention (on and off them). What the sm_80 table lacks (FA2's backward at
+    d = 256) stays estimated there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
             kv_seq=None, dtype="bf16"):
         launch = dict(table.LAUNCH, causal=causal, group=group, seq_q=seq,
@@ -483,7 +483,7 @@ def test_the_a100_takes_the_sm80_table(capsys):
     assert e["spill_bytes_per_iteration"] is None
     assert shipped["time_s"] > estimated["time_s"]
     # naive attention, forward and backward: its own sm_80 rows (its softmax the row
-    # width's, 2048), which differ from sm_90's; off the multiples of 16 it is estimated
+    # width's, 2048), which differ from sm_90's; off the multiples of 16 too, its own there
     naive_tiles = {"block-m": 64, "block-n": 64}
     naive = a100("--pass", "fwd+bwd", "--mode", "aggregated", schedule="naive", **naive_tiles)
     names = [k["name"] for k in naive["kernels"]]
@@ -494,8 +494,13 @@ def test_the_a100_takes_the_sm80_table(capsys):
             } == {name: ("table", r["registers"]) for name, r in own.items()}
     sm90 = table.problem_rows(problem, Tiling(64, 64, 2, 4), names, 90)
     assert all(dict(own[name], arch=90) != sm90[name] for name in names)
-    off = a100(schedule="naive", seq=1000, **naive_tiles)
-    assert {k["resources"] for k in off["kernels"]} == {"estimated"}
+    off = a100("--pass", "fwd+bwd", "--mode", "aggregated", schedule="naive", seq=1000,
+               **naive_tiles)
+    problem = AttentionProblem(batch=1, heads=16, seq_q=1000, head_dim=128, pass_="fwd+bwd")
+    own_off = table.problem_rows(problem, Tiling(64, 64, 2, 4), names, 80)
+    assert {k["name"]: (k["resources"], k["registers_per_thread"]) for k in off["kernels"]
+            } == {name: ("table", r["registers"]) for name, r in own_off.items()}
+    assert own_off["naive_bwd_dk"] != own["naive_bwd_dk"]
     # so `compare` on the A100 predicts both schedules from compiles
     code, out, err = _cli(["compare", "--hardware", "a100-sxm4-80gb", "--json", "--batch", "1",
                            "--heads", "16", "--seq", "2048"], capsys)
