@@ -69,9 +69,14 @@ def compiled_from_args(args: argparse.Namespace, problem, tiling, schedule: str,
     kernels cannot be compiled for this."""
     (compiled,) = resources_from_args(args, problem, [tiling], schedule, hw)
     if isinstance(compiled, str):
-        flag = "--compiled-resources" if args.compiled_resources else "the table of compiles"
-        raise ProblemError(f"{flag}: {compiled}")
+        raise ProblemError(f"{resources_source(args)}: {compiled}")
     return compiled
+
+
+def resources_source(args: argparse.Namespace) -> str:
+    """Where ``args`` take compiled resources from, as a message names it."""
+    return ("--compiled-resources" if getattr(args, "compiled_resources", False)
+            else "the table of compiles")
 
 
 def resources_from_args(args: argparse.Namespace, problem, tilings: list, schedule: str, hw,
@@ -291,9 +296,7 @@ def _misfit(args: argparse.Namespace, problem: AttentionProblem, tiling: Tiling,
         schedule = build_schedule(problem, tiling, name)
         (compiled,) = resources_from_args(args, problem, [tiling], name, hw)
         if isinstance(compiled, str):
-            source = ("--compiled-resources" if getattr(args, "compiled_resources", False)
-                      else "the table of compiles")
-            return f"{source}: {compiled}"
+            return f"{resources_source(args)}: {compiled}"
         found = misfit(schedule, hw, compiled)
         if found is not None:
             return found[0]
