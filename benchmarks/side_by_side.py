@@ -34,6 +34,9 @@ CASES = {
                "--head-dim", "128"],
     "naive-4k": [*NAIVE, "--batch", "4", "--seq", "4096"],
     "naive-16k": [*NAIVE, "--batch", "1", "--seq", "16384"],
+    # its default tiling from the table: 10 softmax CTAs an SM, every SM free (fairshare)
+    "naive-4k-d128": ["--hardware", "h200-sxm", "--schedule", "naive", "--batch", "1",
+                      "--heads", "16", "--seq", "4096", "--head-dim", "128"],
     "fa2-128k-causal": ["--batch", "1", "--heads", "32", "--seq", "131072", "--head-dim",
                         "128", "--causal"],
 }

@@ -22,6 +22,16 @@ runs first, and the every-SM-alone solve only if neither limits any more (the an
 the same as solving in the other order; only the work thrown away differs).
 ``fair_rates``' ``state`` and work arrays keep what that takes between events.
 
+An SM whose jobs, all at their own critical paths' pace, want no more than its compute and
+its port can give is *free*: none of its levels can be finite whatever L2 and HBM allow
+(they only lower what the jobs want). Memory-bound kernels of one-shot CTAs (naive
+attention) have nearly every SM free, often all of them. The joint solve skips the free
+SMs' visits, and with every SM free it is L2 and HBM alone, and it skips a round that
+would only repeat the one before (``_all_levels``). Each skip leaves every number as the
+full visit computes it, bit for bit (``tests/test_sim_fairshare.py`` checks against a
+transcription of the full visit), and so do the passes' other economies: totals summed
+as the values are gathered, and water levels found without branches.
+
 Jobs sit in slots; slot ``s`` is on SM ``s % n_sm``. Arrays are indexed by slot; a slot
 with ``CP == inf`` is empty.
 """
@@ -49,16 +59,22 @@ def _level(values, n, capacity):  # pragma: no cover - numba
     total = 0.0
     for i in range(n):
         total += values[i]
+    return _water(values, n, capacity, total)
+
+
+@njit(cache=True)
+def _water(values, n, capacity, total):  # pragma: no cover - numba
+    """``_level`` where the caller summed the values (``total``, in their order)."""
     if total <= capacity:
         return np.inf
     level = capacity / n
     below = -1
     while True:
         small, count = 0.0, 0
-        for i in range(n):
-            if values[i] < level:
-                small += values[i]
-                count += 1
+        for i in range(n):  # without a branch (adding 0.0 leaves the sum as it was)
+            under = values[i] < level
+            small += values[i] if under else 0.0
+            count += under
         if count == below:
             return level
         below = count
@@ -72,6 +88,22 @@ def _change(old, new):  # pragma: no cover - numba
     if np.isinf(old) or np.isinf(new):
         return 1.0
     return abs(new - old) / max(abs(old), abs(new))
+
+
+@njit(cache=True)
+def _free_at_caps(s, n_sm, B, K, w, port_rate):  # pragma: no cover - numba
+    """Whether SM ``s`` is free: its jobs at their caps (``1 / CP``) want no more than its
+    compute and port give. The sums run as ``_sm_level``'s do, over the same slots in the
+    same order, so a free SM's levels there are inf bit for bit: what they sum never
+    exceeds these sums (rates below the caps, rounding monotone)."""
+    compute, port = 0.0, 0.0
+    for i in range(s, B.shape[0], n_sm):
+        if w[_CAP, i] > 0:
+            if K[i] > 0:
+                compute += K[i] * w[_CAP, i]
+            if B[i] > 0:
+                port += B[i] * w[_CAP, i]
+    return compute <= 1.0 and port <= port_rate
 
 
 @njit(cache=True)
@@ -92,12 +124,14 @@ def _sm_level(s, n_sm, weight, other, w, capacity, values):  # pragma: no cover 
     if count == 2:
         low = min(values[0], values[1])
         return capacity / 2 if 2 * low >= capacity else capacity - low
-    return _level(values, count, capacity)
+    return _water(values, count, capacity, total)
 
 
 @njit(cache=True)
-def _all_sm_levels(weight, other, w, n_sm, capacity, level, moved):  # pragma: no cover
-    """``_sm_level`` for every SM in one pass over the slots; returns the largest change.
+def _all_sm_levels(weight, other, w, n_sm, capacity, level, free,
+                   moved):  # pragma: no cover - numba
+    """``_sm_level`` for every SM but the free ones in one pass over the slots; returns the
+    largest change.
 
     NOTE: one call for all SMs, for performance (a call per SM costs more than its work).
     """
@@ -105,6 +139,8 @@ def _all_sm_levels(weight, other, w, n_sm, capacity, level, moved):  # pragma: n
     sms = min(n_sm, n)
     values = w[_VALUES]
     for s in range(sms):
+        if free[s]:
+            continue
         count = 0
         total = 0.0
         low = np.inf
@@ -122,9 +158,38 @@ def _all_sm_levels(weight, other, w, n_sm, capacity, level, moved):  # pragma: n
         elif count == 2:
             new = capacity / 2 if 2 * low >= capacity else capacity - low
         else:
-            new = _level(values, count, capacity)
+            new = _water(values, count, capacity, total)
         moved = max(moved, _change(level[s], new))
         level[s] = new
+    return moved
+
+
+@njit(cache=True)
+def _busy_sm_levels(B, K, w, n_sm, port_rate, level_sm, level_port, free,
+                    moved):  # pragma: no cover - numba
+    """Each SM's compute level, then its port level, against its slots' other bounds; sets
+    its slots' bounds and returns the largest change (``moved`` or more). Free SMs are
+    skipped: their levels stay inf, and so do their slots' bounds."""
+    n = B.shape[0]
+    work = w[_WORK]
+    s = 0  # slot i's SM, counted: a division (i % n_sm) per slot costs as much as the pass
+    for i in range(n):
+        if not free[s]:
+            work[i] = min(w[_CAP, i], w[_BY_PORT, i], w[_BY_L2, i], w[_BY_HBM, i])
+        s = s + 1 if s + 1 < n_sm else 0
+    moved = _all_sm_levels(K, work, w, n_sm, 1.0, level_sm, free, moved)
+    s = 0
+    for i in range(n):
+        if not free[s]:
+            w[_BY_SM, i] = level_sm[s] / K[i] if K[i] > 0 else np.inf
+            work[i] = min(w[_CAP, i], w[_BY_SM, i], w[_BY_L2, i], w[_BY_HBM, i])
+        s = s + 1 if s + 1 < n_sm else 0
+    moved = _all_sm_levels(B, work, w, n_sm, port_rate, level_port, free, moved)
+    s = 0
+    for i in range(n):
+        if not free[s]:
+            w[_BY_PORT, i] = level_port[s] / B[i] if B[i] > 0 else np.inf
+        s = s + 1 if s + 1 < n_sm else 0
     return moved
 
 
@@ -177,14 +242,15 @@ def _finish(i, B, M, w, rate, limit):  # pragma: no cover - numba
 
 @njit(cache=True)
 def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port, w,
-               rate, limit, dirty, state):  # pragma: no cover - numba
+               rate, limit, dirty, free, state):  # pragma: no cover - numba
     """Fill ``rate`` (and ``limit``: ``LIMIT_*``) for every slot.
 
     ``w`` is ``[ROWS, slots]`` of work space kept between calls; ``dirty[s]`` marks the SMs
-    whose jobs changed since the last call (cleared here); ``state`` is ``[last, L2 draw,
-    HBM draw]``: ``last`` is 1 when the last answer had L2 and HBM unconstrained (only the
-    dirty SMs need solving again, and the draws are that answer's), -1 when L2 or HBM
-    limited it (the joint solve goes first), 0 before the first call.
+    whose jobs changed since the last call (cleared here); ``free[s]`` whether SM ``s`` is
+    free (module docstring; kept here for the SMs not dirty); ``state`` is ``[last, L2
+    draw, HBM draw]``: ``last`` is 1 when the last answer had L2 and HBM unconstrained
+    (only the dirty SMs need solving again, and the draws are that answer's), -1 when L2
+    or HBM limited it (the joint solve goes first), 0 before the first call.
     """
     n = B.shape[0]
     sms = min(n_sm, n)
@@ -196,6 +262,7 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
                     state[1] -= w[_DRAW_L2, i]
                     state[2] -= w[_DRAW_HBM, i]
                     w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
+                free[s] = _free_at_caps(s, n_sm, B, K, w, port_rate)
                 _solve_sm(s, n_sm, B, K, port_rate, w, level_sm, level_port)
                 for i in range(s, n, n_sm):
                     _finish(i, B, M, w, rate, limit)
@@ -204,15 +271,20 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
         dirty[:] = False
         if state[1] <= l2_rate and state[2] <= hbm_rate:
             return
-    dirty[:] = False
-    for i in range(n):
-        w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
+    else:  # the caps of the SMs that changed (of all, at the first call)
+        for s in range(sms):
+            if dirty[s] or state[0] == 0:
+                for i in range(s, n, n_sm):
+                    w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
+                free[s] = _free_at_caps(s, n_sm, B, K, w, port_rate)
+        dirty[:] = False
+    busy = not free[:sms].all()
     # The last answer had L2 or HBM limiting: most likely this one too, and then the
     # every-SM-alone solution below would be thrown away. If L2 or HBM still limits, this
     # is the answer the path below reaches (``_all_levels`` depends only on the inputs);
     # if neither does, the answer is every SM alone, found below.
     if state[0] < 0 and _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm,
-                                    level_port, w):
+                                    level_port, w, free, busy):
         for i in range(n):
             _finish(i, B, M, w, rate, limit)
         return
@@ -221,18 +293,9 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
         w[_BY_SM, i] = w[_BY_L2, i] = w[_BY_PORT, i] = w[_BY_HBM, i] = np.inf
     level_sm[:] = np.inf
     level_port[:] = np.inf
-    work = w[_WORK]
-    for _ in range(MAX_ROUNDS):
-        for i in range(n):
-            work[i] = min(w[_CAP, i], w[_BY_PORT, i])
-        moved = _all_sm_levels(K, work, w, n_sm, 1.0, level_sm, 0.0)
-        for i in range(n):
-            w[_BY_SM, i] = level_sm[i % n_sm] / K[i] if K[i] > 0 else np.inf
-            work[i] = min(w[_CAP, i], w[_BY_SM, i])
-        moved = _all_sm_levels(B, work, w, n_sm, port_rate, level_port, moved)
-        for i in range(n):
-            w[_BY_PORT, i] = level_port[i % n_sm] / B[i] if B[i] > 0 else np.inf
-        if moved <= _TOL:
+    for _ in range(MAX_ROUNDS if busy else 0):
+        if _busy_sm_levels(B, K, w, n_sm, port_rate, level_sm, level_port, free,
+                           0.0) <= _TOL:
             break
     state[1] = state[2] = 0.0
     for i in range(n):
@@ -243,16 +306,25 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
         state[0] = 1.0
         return
     state[0] = -1.0
-    _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port, w)
+    _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port, w, free,
+                busy)
     for i in range(n):
         _finish(i, B, M, w, rate, limit)
 
 
 @njit(cache=True)
 def _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_port,
-                w):  # pragma: no cover - numba
+                w, free, busy):  # pragma: no cover - numba
     """All levels together, visiting L2, HBM and each SM in turn until none moves; returns
-    whether L2 or HBM limits (has a finite level)."""
+    whether L2 or HBM limits (has a finite level).
+
+    Only the SMs that are not ``free`` are visited; the others' levels stay inf. With
+    every SM free (not ``busy``), L2's demands in a round depend only on HBM's level in
+    the round before (inf before the first). So the next round would repeat this one, and
+    is not run, when HBM's level is the same as in the round before, or when L2 came out
+    unlimited and HBM's level did not rise: L2's demands then do not rise either and L2
+    stays unlimited, and HBM's demands are this round's.
+    """
     n = B.shape[0]
     work = w[_WORK]
     level_l2 = level_hbm = np.inf
@@ -260,40 +332,39 @@ def _all_levels(B, M, K, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_por
     level_port[:] = np.inf
     for i in range(n):
         w[_BY_SM, i] = w[_BY_L2, i] = w[_BY_PORT, i] = w[_BY_HBM, i] = np.inf
+    last_hbm = np.inf
     for _ in range(MAX_ROUNDS):
-        moved = 0.0
-        count = 0
-        for i in range(n):  # L2: each job would draw B x (what everything but L2 allows)
-            if w[_CAP, i] > 0 and B[i] > 0:
-                work[count] = B[i] * min(w[_CAP, i], w[_BY_SM, i], w[_BY_PORT, i],
-                                         w[_BY_HBM, i])
-                count += 1
-        new = _level(work, count, l2_rate)
-        moved = max(moved, _change(level_l2, new))
-        level_l2 = new
+        # Each job with bytes there would draw B x (what everything but L2 allows) of L2;
+        # without a branch: every job's draw is written, the next one kept overwrites it.
+        count, total = 0, 0.0
         for i in range(n):
+            d = B[i] * min(w[_CAP, i], w[_BY_SM, i], w[_BY_PORT, i], w[_BY_HBM, i])
+            keep = (w[_CAP, i] > 0) & (B[i] > 0)
+            work[count] = d
+            total += d if keep else 0.0
+            count += keep
+        new = _water(work, count, l2_rate, total)
+        moved = _change(level_l2, new)
+        level_l2 = new
+        count, total = 0, 0.0
+        for i in range(n):  # HBM, against L2's new bounds
             w[_BY_L2, i] = level_l2 / B[i] if B[i] > 0 else np.inf
-        count = 0
-        for i in range(n):  # HBM
-            if w[_CAP, i] > 0 and M[i] > 0:
-                work[count] = M[i] * min(w[_CAP, i], w[_BY_SM, i], w[_BY_PORT, i],
-                                         w[_BY_L2, i])
-                count += 1
-        new = _level(work, count, hbm_rate)
+            d = M[i] * min(w[_CAP, i], w[_BY_SM, i], w[_BY_PORT, i], w[_BY_L2, i])
+            keep = (w[_CAP, i] > 0) & (M[i] > 0)
+            work[count] = d
+            total += d if keep else 0.0
+            count += keep
+        new = _water(work, count, hbm_rate, total)
         moved = max(moved, _change(level_hbm, new))
         level_hbm = new
         for i in range(n):
             w[_BY_HBM, i] = level_hbm / M[i] if M[i] > 0 else np.inf
-        # Each SM's compute, then each SM's port.
-        for i in range(n):
-            work[i] = min(w[_CAP, i], w[_BY_PORT, i], w[_BY_L2, i], w[_BY_HBM, i])
-        moved = _all_sm_levels(K, work, w, n_sm, 1.0, level_sm, moved)
-        for i in range(n):
-            w[_BY_SM, i] = level_sm[i % n_sm] / K[i] if K[i] > 0 else np.inf
-            work[i] = min(w[_CAP, i], w[_BY_SM, i], w[_BY_L2, i], w[_BY_HBM, i])
-        moved = _all_sm_levels(B, work, w, n_sm, port_rate, level_port, moved)
-        for i in range(n):
-            w[_BY_PORT, i] = level_port[i % n_sm] / B[i] if B[i] > 0 else np.inf
+        if busy:
+            moved = _busy_sm_levels(B, K, w, n_sm, port_rate, level_sm, level_port, free,
+                                    moved)
+        elif level_hbm == last_hbm or (np.isinf(level_l2) and level_hbm <= last_hbm):
+            break  # the next round would repeat this one (docstring)
+        last_hbm = level_hbm
         if moved <= _TOL:
             break
     return np.isfinite(level_l2) or np.isfinite(level_hbm)

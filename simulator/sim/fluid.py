@@ -123,6 +123,7 @@ class FluidKernel:
         self.limit_s = np.zeros(5)  # phase-seconds bound by each LIMIT_*
         self.work = np.zeros((ROWS, slots + 1))  # kept between events (fairshare)
         self.dirty = np.zeros(hw.sm_count, dtype=np.bool_)
+        self.free = np.zeros(hw.sm_count, dtype=np.bool_)  # fairshare: SMs that are free
         self.share_state = np.zeros(3)
         self.levels = np.zeros((2, hw.sm_count))
         self.rates = np.array([hw.l2_effective_bytes_per_s, hw.hbm_effective_bytes_per_s,
@@ -146,7 +147,7 @@ class FluidKernel:
         while True:
             dt = _step(env.now, dt, self.job, self.times, self.job_slot, self.slot_f,
                        self.slot_i, self.counters, self.segments, self.limit_s, self.levels,
-                       self.work, self.dirty, self.share_state, self.rates,
+                       self.work, self.dirty, self.free, self.share_state, self.rates,
                        self.queued_body, self.sm_free)
             if dt < 0:
                 return
@@ -220,7 +221,8 @@ def _enter(s, j, phase, now, job, times, slot_f, slot_i, queued_body, sm_free, d
 
 @njit(cache=True)
 def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, limit_s, levels,
-          work, dirty, share_state, rates, queued_body, sm_free):  # pragma: no cover - numba
+          work, dirty, free, share_state, rates, queued_body,
+          sm_free):  # pragma: no cover - numba
     """Advance the fluid by ``dt`` to ``now``, end phases, dispatch, set rates; next dt or -1.
 
     Columns ``0 .. slots - 1`` of the slot arrays are the slots, column ``slots`` the
@@ -278,7 +280,8 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
     if active == 0:
         return -1.0
     fair_rates(slot_f[_S_B], slot_f[_S_M], slot_f[_S_K], slot_f[_S_CP], n_sm, rates[0],
-               rates[1], rates[2], levels[0], levels[1], work, rate, limit, dirty, share_state)
+               rates[1], rates[2], levels[0], levels[1], work, rate, limit, dirty, free,
+               share_state)
     best = np.inf
     for s in range(n_cols):
         if sjob[s] != -1:
