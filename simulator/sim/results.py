@@ -126,8 +126,8 @@ def fill_prediction(sim: Simulation) -> dict:
         "events_per_s": sim.events / sim.wall_s if sim.wall_s > 0 else None,
         "tile_accesses_per_s": tiles / sim.wall_s if sim.wall_s > 0 else None,
         "l2_load_hit_rate": hits / b["global_read"] if b["global_read"] else None,
-        "sram_peak_per_sm_bytes": max(r.sram_peak_per_sm(sim.hardware.sm_count)
-                                      for r in sim.runs),
+        "sram_peak_per_sm_bytes": max(entry["occupancy"]["sram_peak_per_sm_bytes"]
+                                      for entry in pred["kernels"]),
     }
     return _plain(pred)
 
