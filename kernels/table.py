@@ -161,8 +161,14 @@ the multiples of 16, its matmuls and backward differ from their rows at 4096 in 
 most; 3 to 32 tilings a launch keep 32 registers and spill. Its softmax, one key short
 of each row width, equals the row width's own compile up to 128 keys and differs from
 256 on (registers 0.80-1.70 times). The stand-ins hold there as at 4096 (dS in fp16:
-registers in 3 of 16 jobs, 0.98 times; 5-14% fewer prologue instructions). FA2's
-backward at head_dim 256, and with GQA at lengths off the multiples of 16, stay
+registers in 3 of 16 jobs, 0.98 times; 5-14% fewer prologue instructions). And
+(twenty-first session) FA2's dQ and dK/dV with GQA at lengths off the multiples of 16,
+as on sm_90: every fitting job differs in some fact from its rows with GQA at 4096
+(registers in 23-44% of them, 0.13-7.97 times), from group 1's off the multiples
+(registers in 12-52%) and from sm_90's rows of the same launch (registers in 53-76%,
+0.13-2.21 times, other spills in 6-26 tilings); 14 to 46 tilings a launch keep 32
+registers and spill. The stand-ins hold for them (the same sample: fp16 and 12 heads
+equal their rows in every fact, 32 jobs each). FA2's backward at head_dim 256 stays
 estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
@@ -195,7 +201,8 @@ other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys
 off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2's
 backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28; FA2's forward at head_dim
 256, 500 jobs, 34; naive attention, 5,060 jobs, 41, and off the multiples, 5,060, 57,
-partly beside other work.)
+partly beside other work; FA2's dQ and dK/dV with GQA off the multiples, 2,000 jobs, 83:
+dK/dV 55, dQ 28, partly beside other work.)
 """
 
 from __future__ import annotations
@@ -313,7 +320,9 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # FA2's backward at lengths off the multiples of 16 (training on samples as they come),
 # and FA2's forward at head_dim 256 (Gemma), group 1; and (twentieth session) naive
 # attention, forward and backward, at lengths on and off the multiples of 16, as on
-# sm_90, so that `tilesim compare` on an A100 predicts both schedules from compiles.
+# sm_90, so that `tilesim compare` on an A100 predicts both schedules from compiles; and
+# (twenty-first session) FA2's dQ and dK/dV with GQA at lengths off the multiples of 16
+# (fine-tuning a GQA model on samples as they come), as on sm_90.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
@@ -329,7 +338,9 @@ SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(NAIVE_BACKWARD, BF16, causal=(False,))
                  + _variants(NAIVE_MATMULS, BOTH_DTYPES, causal=(False,), seq=OFF_16_SEQ)
                  + _naive_softmax(lambda row: row - 1)
-                 + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ))
+                 + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ)
+                 + _variants(("fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP,
+                             seq=OFF_16_SEQ))
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 

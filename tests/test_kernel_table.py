@@ -367,8 +367,8 @@ def test_the_a100_takes_the_sm80_table(capsys):
     jobs; at d = 64 with 128 x 256 tiles and 4 warps ptxas keeps 32 registers and spills
     the rest, every iteration, which the estimate cannot see. GQA takes its own rows there
     as on sm_90, and so do FA2's forward at lengths off the multiples of 16 (both, or the
-    keys' alone), its backward at lengths off them, FA1, FA2's forward at d = 256, and
-    naive attention (on and off them). What the sm_80 table lacks (FA2's backward at
+    keys' alone), its backward at lengths off them (with GQA too), FA1, FA2's forward at
+    d = 256, and naive attention (on and off them). What the sm_80 table lacks (FA2's backward at
     d = 256) stays estimated there."""
     def row(arch, tiling, kernel="fa2_fwd", head_dim=128, causal=False, group=1, seq=4096,
             kv_seq=None, dtype="bf16"):
@@ -426,20 +426,22 @@ def test_the_a100_takes_the_sm80_table(capsys):
         (k,) = off["kernels"]
         assert k["resources"] == "table", (seq, kv_seq, group)
         assert k["registers_per_thread"] == own(tiling)["registers"], (seq, kv_seq, group)
-    # training on samples as they come (lengths off the multiples of 16): the backward's
-    # kernels take their rows at such lengths too, at a tiling whose dK/dV registers differ
-    # from those at 4096
-    own = functools.partial(row, 80, causal=True, seq=1000)
-    tiling = next(t for t in tilings if t.block_m <= 64 and t.block_n <= 64
-                  and all(own(t, name)["error"] is None for name in
-                          ("fa2_fwd", *table.FA2_BACKWARD))
-                  and own(t, "fa2_bwd_dkdv")["registers"]
-                  != row(80, t, "fa2_bwd_dkdv", causal=True)["registers"])
-    trained = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal", seq=3000,
-                   **{"head-dim": 128}, **tiling_flags(tiling))
-    assert {k["resources"] for k in trained["kernels"]} == {"table"}
-    assert {k["name"]: k["registers_per_thread"] for k in trained["kernels"]} == {
-        name: own(tiling, name)["registers"] for name in ("fa2_fwd", *table.FA2_BACKWARD)}
+    # training on samples as they come (lengths off the multiples of 16), with GQA too:
+    # the backward's kernels take their rows at such lengths, at a tiling whose dK/dV
+    # registers differ from those at 4096
+    for group in (1, table.GQA_GROUP):
+        own = functools.partial(row, 80, causal=True, seq=1000, group=group)
+        tiling = next(t for t in tilings if t.block_m <= 64 and t.block_n <= 64
+                      and all(own(t, name)["error"] is None for name in
+                              ("fa2_fwd", *table.FA2_BACKWARD))
+                      and own(t, "fa2_bwd_dkdv")["registers"]
+                      != row(80, t, "fa2_bwd_dkdv", causal=True, group=group)["registers"])
+        trained = a100("--pass", "fwd+bwd", "--mode", "aggregated", "--causal", seq=3000,
+                       **{"head-dim": 128, "kv-heads": 16 // group}, **tiling_flags(tiling))
+        assert {k["resources"] for k in trained["kernels"]} == {"table"}, group
+        assert {k["name"]: k["registers_per_thread"] for k in trained["kernels"]} == {
+            name: own(tiling, name)["registers"]
+            for name in ("fa2_fwd", *table.FA2_BACKWARD)}, group
     # FA1's forward, in bf16 and in fp16, which compiles otherwise (its own rows)
     for dtype in ("bf16", "fp16"):
         fa1 = a100("--dtype", dtype, schedule="fa1",
