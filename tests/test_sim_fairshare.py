@@ -48,11 +48,28 @@ def _rates(B, M, K, CP, l2, hbm, state):
 def _reference_rates(B, M, K, CP, l2_rate, hbm_rate):
     """The fair rates as the solver found them before it skipped free SMs: every SM alone,
     then, if L2 or HBM is over, L2, HBM and every SM's compute and port in turn until no
-    level moves. Plain Python, the same operations in the same order; the water level of
-    a set of demands (``_level``) and a level's relative change (``_change``) are the
-    solver's own."""
+    level moves. Plain Python, the same operations in the same order; a level's relative
+    change (``_change``) is the solver's own."""
     n, inf = B.shape[0], math.inf
-    level, change = fairshare._level.py_func, fairshare._change.py_func
+    change = fairshare._change.py_func
+
+    def level(values, count, capacity):  # the water level of ``count`` demands
+        total = 0.0
+        for value in values[:count]:
+            total += value
+        if total <= capacity:
+            return inf
+        water, below = capacity / count, -1
+        while True:
+            small, under = 0.0, 0
+            for value in values[:count]:
+                if value < water:
+                    small += value
+                    under += 1
+            if under == below:
+                return water
+            below = under
+            water = (capacity - small) / (count - under)
     cap = [1.0 / CP[i] if math.isfinite(CP[i]) else 0.0 for i in range(n)]
     by = {key: [inf] * n for key in ("sm", "port", "l2", "hbm")}
     levels = {"sm": [inf] * N_SM, "port": [inf] * N_SM}

@@ -50,21 +50,13 @@ ROWS = 9
 
 
 @njit(cache=True)
-def _level(values, n, capacity):  # pragma: no cover - numba
-    """Level ``x`` with ``sum(min(values[:n], x)) == capacity``; ``inf`` if they fit.
+def _water(values, n, capacity, total):  # pragma: no cover - numba
+    """Level ``x`` with ``sum(min(values[:n], x)) == capacity``; ``inf`` if they fit
+    (``total``: the values summed in their order, which the caller gathering them does).
 
     Starts from the equal share and lifts it past the demands below it until the set of
     those stops growing (no sort: the level only rises, usually in two or three passes).
     """
-    total = 0.0
-    for i in range(n):
-        total += values[i]
-    return _water(values, n, capacity, total)
-
-
-@njit(cache=True)
-def _water(values, n, capacity, total):  # pragma: no cover - numba
-    """``_level`` where the caller summed the values (``total``, in their order)."""
     if total <= capacity:
         return np.inf
     level = capacity / n
@@ -91,13 +83,15 @@ def _change(old, new):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _free_at_caps(s, n_sm, B, K, w, port_rate):  # pragma: no cover - numba
-    """Whether SM ``s`` is free: its jobs at their caps (``1 / CP``) want no more than its
-    compute and port give. The sums run as ``_sm_level``'s do, over the same slots in the
-    same order, so a free SM's levels there are inf bit for bit: what they sum never
-    exceeds these sums (rates below the caps, rounding monotone)."""
+def _refresh_caps(s, n_sm, B, K, CP, w, port_rate):  # pragma: no cover - numba
+    """Set the caps (``1 / CP``) of SM ``s``'s slots and return whether it is free: its
+    jobs at their caps want no more than its compute and port give. The sums run as
+    ``_sm_level``'s do, over the same slots in the same order, so a free SM's levels there
+    are inf bit for bit: what they sum never exceeds these sums (rates below the caps,
+    rounding monotone)."""
     compute, port = 0.0, 0.0
     for i in range(s, B.shape[0], n_sm):
+        w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
         if w[_CAP, i] > 0:
             if K[i] > 0:
                 compute += K[i] * w[_CAP, i]
@@ -261,8 +255,7 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
                 for i in range(s, n, n_sm):
                     state[1] -= w[_DRAW_L2, i]
                     state[2] -= w[_DRAW_HBM, i]
-                    w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
-                free[s] = _free_at_caps(s, n_sm, B, K, w, port_rate)
+                free[s] = _refresh_caps(s, n_sm, B, K, CP, w, port_rate)
                 _solve_sm(s, n_sm, B, K, port_rate, w, level_sm, level_port)
                 for i in range(s, n, n_sm):
                     _finish(i, B, M, w, rate, limit)
@@ -274,9 +267,7 @@ def fair_rates(B, M, K, CP, n_sm, l2_rate, hbm_rate, port_rate, level_sm, level_
     else:  # the caps of the SMs that changed (of all, at the first call)
         for s in range(sms):
             if dirty[s] or state[0] == 0:
-                for i in range(s, n, n_sm):
-                    w[_CAP, i] = 1.0 / CP[i] if np.isfinite(CP[i]) else 0.0
-                free[s] = _free_at_caps(s, n_sm, B, K, w, port_rate)
+                free[s] = _refresh_caps(s, n_sm, B, K, CP, w, port_rate)
         dirty[:] = False
     busy = not free[:sms].all()
     # The last answer had L2 or HBM limiting: most likely this one too, and then the
