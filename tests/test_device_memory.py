@@ -77,6 +77,24 @@ def test_simulating_a_problem_too_large_is_one_line(command, capsys):
     assert "does not fit in device memory" in err and "151.40 GB" in err
 
 
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_a_problem_too_large_builds_no_schedule(command, monkeypatch, capsys):
+    """The table of compiles is looked up before the tilings are checked, and it needs the
+    schedule's kernels: they come from a tiling whose tensors fit, and from none here
+    (naive attention at 16x16 tiles, N = 64k, H = 32, has 2^29 QK CTAs: building its
+    schedule took 19 GB and 83 s before saying it does not fit)."""
+    import traces.schedules
+
+    def refuse(problem, tiling, name):
+        raise AssertionError(f"built {name} at {tiling}")
+
+    monkeypatch.setattr(traces.schedules, "build_schedule", refuse)
+    argv = [command, "--hardware", "h200-sxm", "--schedule", "naive", "--heads", "32",
+            "--seq", "65536", "--head-dim", "128"]
+    assert main(argv) == 2
+    assert "does not fit in device memory" in capsys.readouterr().err
+
+
 def test_compare_counts_naive_when_only_flashattention_fits():
     p = _problem()
     qkvo, nxn = _elements(p)

@@ -129,12 +129,13 @@ def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
     a sweep rates all its tilings alike; the others are estimated), or why a kernel does
     not compile; None where it has none of them. Needs neither Triton nor a compile."""
     from kernels import resources, table
-    from traces.schedules import build_schedule
 
     arch = hw.compute_capability
     if not table.current(arch):  # no table for this architecture, or a stale one
         return None
-    names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
+    names = _kernel_names(problem, tilings, schedule, hw)
+    if names is None:
+        return None
     per_tiling = [table.problem_rows(problem, tiling, names, arch) for tiling in tilings]
     found = {name: [rows.get(name) for rows in per_tiling]
              for name in names if name in resources.KERNELS}
@@ -150,19 +151,36 @@ def table_resources(problem, tilings: list, schedule: str, hw) -> list | None:
     return out
 
 
+def _kernel_names(problem, tilings: list, schedule: str, hw) -> list[str] | None:
+    """The schedule's kernels, from the first tiling whose tensors fit in ``hw``'s device
+    memory; None if none does (its grids may be too large to build: naive attention at N =
+    64k and 16x16 tiles has 2^29 CTAs; the memory check refuses them next, in one line)."""
+    from simulator.device_memory import DeviceMemoryError, check_device_memory
+    from traces.schedules import build_schedule
+
+    for tiling in tilings:
+        try:
+            check_device_memory(problem, tiling, schedule, hw)
+        except DeviceMemoryError:
+            continue
+        return [k.name for k in build_schedule(problem, tiling, schedule).kernels]
+    return None
+
+
 def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) -> list:
     """For each tiling, kernel name -> ``CompiledResources`` of the schedule's Triton twins
     compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
     ``ProblemError`` (one line) when none can be compiled here at all."""
     from kernels import resources  # imports neither torch nor triton
-    from traces.schedules import build_schedule
 
     resources.require_compiler("--compiled-resources")
 
     if hw.compute_capability not in resources.MAX_SHARED_BYTES:
         raise ProblemError(f"--compiled-resources compiles for sm_80 or sm_90; {hw.name} has "
                            f"compute capability {hw.compute_capability}")
-    names = [k.name for k in build_schedule(problem, tilings[0], schedule).kernels]
+    names = _kernel_names(problem, tilings, schedule, hw)
+    if names is None:
+        return [None] * len(tilings)
     try:
         per_tiling = resources.schedule_resources(problem, tilings, names,
                                                   hw.compute_capability, progress=progress)
@@ -288,11 +306,18 @@ def _misfit(args: argparse.Namespace, problem: AttentionProblem, tiling: Tiling,
             schedules: tuple[str, ...], hw) -> str | None:
     """Why a CTA of some kernel of ``schedules`` cannot be resident on ``hw`` with the
     resources ``args`` select (``misfit``'s reason), or why it does not compile; None where
-    every kernel fits. ``ProblemError`` where a schedule refuses the problem itself."""
+    every kernel fits. ``ProblemError`` where a schedule refuses the problem itself. A
+    schedule whose tensors outgrow device memory is not built (its grids can be huge) and
+    counts as fitting: the command refuses it, or counts it, as such."""
+    from simulator.device_memory import DeviceMemoryError, check_device_memory
     from simulator.sim import misfit
     from traces.schedules import build_schedule
 
     for name in schedules:
+        try:
+            check_device_memory(problem, tiling, name, hw)
+        except DeviceMemoryError:
+            continue
         schedule = build_schedule(problem, tiling, name)
         (compiled,) = resources_from_args(args, problem, [tiling], name, hw)
         if isinstance(compiled, str):
