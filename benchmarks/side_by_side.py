@@ -34,6 +34,10 @@ CASES = {
                "--head-dim", "128"],
     "naive-4k": [*NAIVE, "--batch", "4", "--seq", "4096"],
     "naive-16k": [*NAIVE, "--batch", "1", "--seq", "16384"],
+    # the validation plan's N = 1k shape and a quarter of it: QK 62 and 16 waves, softmax
+    # 124 and 31 (fluid._jobs merges above MAX_JOBS_PER_SLOT)
+    "naive-1k-b16": [*NAIVE, "--batch", "16", "--seq", "1024"],
+    "naive-1k-b4": [*NAIVE, "--batch", "4", "--seq", "1024"],
     # its default tiling from the table: 10 softmax CTAs an SM, every SM free (fairshare)
     "naive-4k-d128": ["--hardware", "h200-sxm", "--schedule", "naive", "--batch", "1",
                       "--heads", "16", "--seq", "4096", "--head-dim", "128"],

@@ -14,13 +14,33 @@ from traces.tiling import Tiling
 
 def test_only_loopless_kernels_of_many_waves_merge_ctas():
     slots = 10
-    assert np.array_equal(fluid._jobs(1000, slots, loopless=False), np.arange(1000))
+    looping = fluid._jobs(1000, slots, loopless=False)
+    assert looping.order is None and np.array_equal(looping.first, np.arange(1000))
     few = fluid.MAX_JOBS_PER_SLOT * slots  # exactly MAX waves: one CTA a job
-    assert np.array_equal(fluid._jobs(few, slots, loopless=True), np.arange(few))
-    many = 3 * few + 7  # three CTAs and a bit per job: four consecutive CTAs each
-    first = fluid._jobs(many, slots, loopless=True)
-    assert np.array_equal(first, np.arange(0, many, 4))
-    assert first.size <= fluid.MAX_JOBS_PER_SLOT * slots
+    kept = fluid._jobs(few, slots, loopless=True)
+    assert kept.order is None and np.array_equal(kept.first, np.arange(few))
+    many = 3 * few + 7  # three waves and a bit per job: rounds of four waves
+    jobs = fluid._jobs(many, slots, loopless=True)
+    assert jobs.first.size <= fluid.MAX_JOBS_PER_SLOT * slots
+    assert np.array_equal(np.sort(jobs.order), np.arange(many))  # every CTA once
+    members = np.split(jobs.order, jobs.first[1:])
+    rounds = many // (4 * slots)  # then a round of the 7 CTAs left, one a job
+    assert [m.size for m in members] == [4] * rounds * slots + [1] * 7
+    for m in members:  # a wave apart, in launch order
+        assert (np.diff(m) == slots).all()
+    # At each step of their jobs the slots of a round hold a wave of neighbours.
+    for start in range(0, len(members), slots):
+        ones = members[start:start + slots]
+        for k in range(len(ones[0])):
+            wave = [m[k] for m in ones if k < m.size]
+            assert np.array_equal(wave, np.arange(wave[0], wave[0] + len(wave)))
+
+
+def test_in_job_order_and_back():
+    jobs = fluid._jobs(3 * fluid.MAX_JOBS_PER_SLOT * 4 + 3, 4, loopless=True)
+    x = np.random.default_rng(0).random(jobs.order.size)
+    assert not np.array_equal(jobs.in_job_order(x), x)
+    assert np.array_equal(jobs.in_grid_order(jobs.in_job_order(x)), x)
 
 
 def _fa2_costs():

@@ -6,9 +6,9 @@ from the step to the CTA phase:
 
 - **Dispatch** is the full engine's: launch order, ``sm_count x ctas_per_sm`` slots, the
   next CTA takes the first slot that frees. Loop-less kernels of more than
-  ``MAX_JOBS_PER_SLOT`` waves run ``m`` consecutive CTAs as one job, back to back in one
-  slot (``_jobs`` says why only those), as a single phase where its SM can hide their
-  latency and compute (``_fold_merged`` says why and when).
+  ``MAX_JOBS_PER_SLOT`` waves run ``m`` CTAs a wave apart as one job, back to back in one
+  slot (``_jobs`` says why only those, and why a wave apart), as a single phase where its
+  SM can hide their latency and compute (``_fold_merged`` says why and when).
 - **A CTA** is up to four phases run back to back in its slot: the latency of its first
   loads; the transfer of those loads (the prologue's and the first ``num_stages - 1``
   iterations' — when a wave starts together these bursts share the memory system, as they
@@ -60,6 +60,8 @@ far smaller than the working set: causal backward, FA1, naive with one stage).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import simpy
 from numba import njit
@@ -73,7 +75,12 @@ from simulator.sim.program import KernelProgram
 from simulator.sim.record import CountingEnvironment, KernelRun
 from simulator.sim.stream import replay
 
-MAX_JOBS_PER_SLOT = 64
+# Above this many waves one-shot CTAs merge into jobs (``_jobs``). Each wave unmerged is
+# about four events per slot, and an event costs in proportion to the slots (naive QK at
+# 62 waves on the H200, 1,056 slots: 266 k events, 7.6 s; merged four a job, 1.3 s). At
+# 16, merging moved no kernel's time against the full engine by more than 2 points (3.5
+# at 8; BENCHMARKS.md, "Accuracy of the aggregation": measured 2026-12-07; 64 before).
+MAX_JOBS_PER_SLOT = 16
 # When a merged job of one-shot CTAs is one phase (``_fold_merged``): its SM holds more
 # than FOLD_MAX_ALONE CTAs, or HBM is oversubscribed FOLD_MIN_HBM_DEMAND times; across
 # FOLD_BLEND of that (a fraction either side) the job's phases blend into one.
@@ -289,15 +296,51 @@ def _step(now, dt, job, times, job_slot, slot_f, slot_i, counters, segments, lim
     return best
 
 
-def _jobs(grid: int, slots: int, loopless: bool) -> np.ndarray:
-    """First CTA of each job: one CTA each, except in kernels without a loop (one-shot CTAs
-    such as naive attention's) with more than ``MAX_JOBS_PER_SLOT`` waves, where
-    consecutive CTAs run as one job. CTAs that loop share tiles with the CTAs resident with
-    them, and running two of them back to back in one slot would change what L2 sees."""
-    if not loopless:
-        return np.arange(grid, dtype=np.int64)
-    per_job = max(1, -(-grid // (MAX_JOBS_PER_SLOT * slots)))
-    return np.arange(0, grid, per_job, dtype=np.int64)
+@dataclass(frozen=True)
+class Jobs:
+    """CTAs grouped into the fluid's jobs: job ``i`` runs CTAs ``order[first[i]:first[i +
+    1]]`` back to back in one slot (``order`` None: the grid's order, and then one CTA a
+    job)."""
+
+    order: np.ndarray | None
+    first: np.ndarray
+
+    def in_job_order(self, x: np.ndarray) -> np.ndarray:
+        """Per-CTA ``x`` (grid order) in job order."""
+        return x if self.order is None else x[self.order]
+
+    def in_grid_order(self, x: np.ndarray) -> np.ndarray:
+        """Per-CTA ``x`` in job order, back in grid order."""
+        if self.order is None:
+            return x
+        y = np.empty_like(x)
+        y[self.order] = x
+        return y
+
+
+def _jobs(grid: int, slots: int, loopless: bool) -> Jobs:
+    """The CTAs of each job: one CTA each, except in kernels without a loop (one-shot CTAs
+    such as naive attention's) with more than ``MAX_JOBS_PER_SLOT`` waves, where a job is
+    ``m = ceil(waves / MAX_JOBS_PER_SLOT)`` CTAs a wave apart. The grid is cut into rounds
+    of ``m`` waves, and in each round job ``s`` runs CTAs ``s``, ``s + slots``, ``s + 2
+    slots``, ...: what slot ``s`` gets when the waves run in step. So at any time the
+    resident CTAs are neighbours in launch order, as on the GPU, and L2 sees the tiles they
+    share together (jobs of ``m`` consecutive CTAs, as before 2026-12-07, held CTAs ``m``
+    apart: their DRAM bytes were up to 4.5% above the full engine's where ``m`` was 32;
+    BENCHMARKS.md, "Accuracy of the aggregation"). CTAs that loop share tiles with the
+    CTAs resident with them over their lifetime, so they are never merged."""
+    per_job = -(-grid // (MAX_JOBS_PER_SLOT * slots)) if loopless else 1
+    if per_job <= 1:
+        return Jobs(None, np.arange(grid, dtype=np.int64))
+    cta = np.arange(grid, dtype=np.int64)
+    span = slots * per_job
+    start = cta - cta % span  # the first CTA of each CTA's round
+    width = np.minimum(slots, grid - start)  # a short last round has fewer jobs
+    key = start // span * slots + (cta - start) % width  # round, then job in the round
+    order = np.argsort(key, kind="stable")  # a job's CTAs stay in launch order
+    sizes = np.bincount(key)
+    sizes = sizes[sizes > 0]
+    return Jobs(order, np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64))
 
 
 class FluidEngine:
@@ -329,7 +372,7 @@ class FluidEngine:
         costs = CtaCosts(prog, hw, self.stages, cache.layout.rows.size)
         slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
         loopless = prog.iterations == 0  # one-shot CTAs: merged jobs, queued bodies
-        first = _jobs(prog.grid, slots, loopless)
+        jobs = _jobs(prog.grid, slots, loopless)
         saved, stats_before = cache.snapshot(), cache.stats.copy()
         # Pass A: each CTA one phase, compulsory misses only.
         miss, written, miss_cost = costs.compulsory_misses(cache.layout.tensor_bytes)
@@ -337,7 +380,7 @@ class FluidEngine:
         cost_fraction = np.divide(miss_cost, costs.load, out=np.zeros(prog.grid),
                                   where=costs.load > 0)
         burst = np.zeros(prog.grid, dtype=np.bool_)  # CTAs that start the first wave
-        burst[first[:slots]] = True
+        burst[jobs.in_job_order(np.arange(prog.grid))[jobs.first[:slots]]] = True
         # The HBM capacity a missed byte takes (``costs.miss_occupancy``), at the mean
         # latency factor (1: per CTA, the jobs of one-shot CTAs would all end apart, an
         # event each), but the first wave's first loads: their latency is a phase of its own.
@@ -356,11 +399,11 @@ class FluidEngine:
 
         phases = costs.phases(miss, costs.first_load * fraction, written, fraction, burst,
                               miss_cost, costs.first_load * cost_fraction)
-        timed = self._fluid(slots, first,
+        timed = self._fluid(slots, jobs,
                             *(p.sum(axis=1, keepdims=True) for p in charged(phases)))
         events, tiles = timed.events, 0
         for attempt in range(2):
-            start, loop_start, end, _ = _cta_times(timed, first, phases[3].sum(axis=1))
+            start, loop_start, end, _ = _cta_times(timed, jobs, phases[3].sum(axis=1))
             if attempt:
                 cache.restore(saved)
             (hit, miss, written, first_miss, steps, missed, looked_up, miss_cost,
@@ -370,12 +413,12 @@ class FluidEngine:
                                   written.astype(np.float64),
                                   np.divide(missed, steps, out=np.zeros(prog.grid),
                                             where=steps > 0), burst, miss_cost, first_cost)
-            final = self._fluid(slots, first, *charged(phases), queued_body=loopless)
+            final = self._fluid(slots, jobs, *charged(phases), queued_body=loopless)
             events += final.events
             if loopless or abs(final.span_s - timed.span_s) <= REFINE_TOLERANCE * final.span_s:
                 break  # one-shot CTAs: their order hardly depends on timing
             timed = final
-        start, _, end, slot = _cta_times(final, first, phases[3].sum(axis=1))
+        start, _, end, slot = _cta_times(final, jobs, phases[3].sum(axis=1))
         flushed = cache.flush()
         begin = self.env.now
         # The write-backs of the blocks its CTAs evicted finish within the kernel, the last
@@ -405,18 +448,19 @@ class FluidEngine:
             hbm_line_extra_bytes=float(miss_cost.sum() - miss.sum()),
         ))
 
-    def _fluid(self, slots: int, first: np.ndarray, B, M, K, CP, W, moved,
+    def _fluid(self, slots: int, jobs: Jobs, B, M, K, CP, W, moved,
                queued_body: bool = False) -> FluidKernel:
-        """Time the kernel's jobs (CTAs from ``first[i]`` on) on a scratch environment;
+        """Time the kernel's ``jobs`` on a scratch environment;
         ``M`` is the HBM capacity their misses take, ``moved`` their bytes (``FluidKernel``).
 
         A job of several CTAs has each phase summed over them: its latencies, then its
         first loads, its bodies, its last stores; or, where its SM can hide their
         latency and compute (``_fold_merged``), one phase of all of them.
         """
-        jobs = [np.add.reduceat(x, first, axis=0) for x in (B, M, K, CP, W, moved)]
+        summed = [np.add.reduceat(jobs.in_job_order(x), jobs.first, axis=0)
+                  for x in (B, M, K, CP, W, moved)]
         return FluidKernel(self.hw, slots,
-                           *_fold_merged(jobs, first, B.shape[0], slots, self.hw),
+                           *_fold_merged(summed, jobs.first, B.shape[0], slots, self.hw),
                            queued_body=queued_body).run()
 
 
@@ -481,13 +525,15 @@ def fold_weight(crowded: bool, oversubscription: float) -> float:
     return float(min(max((oversubscription - low) / (high - low), 0.0), 1.0))
 
 
-def _cta_times(fluid: FluidKernel, first: np.ndarray, path: np.ndarray):
-    """Start, loop start, end and slot of every CTA.
+def _cta_times(fluid: FluidKernel, jobs: Jobs, path: np.ndarray):
+    """Start, loop start, end and slot of every CTA (``path``: each CTA's critical path;
+    all in grid order).
 
     A job of several CTAs has its span cut in proportion to its CTAs' paths (their loops
     start when they start); a job of one CTA starts its loop with its body phase.
     """
-    grid = path.shape[0]
+    grid, first = path.shape[0], jobs.first
+    path = jobs.in_job_order(path)
     job = np.repeat(np.arange(first.size), np.diff(np.append(first, grid)))
     before = np.cumsum(path) - path
     job_total = np.add.reduceat(path, first)[job]
@@ -501,4 +547,4 @@ def _cta_times(fluid: FluidKernel, first: np.ndarray, path: np.ndarray):
     body = fluid.phase_start[:, BODY] if fluid.phase_start.shape[1] > BODY else fluid.job_start
     alone = np.diff(np.append(first, grid)) == 1
     loop_start = np.where(alone[job], body[job], start)
-    return start, loop_start, end, fluid.job_slot[job]
+    return tuple(jobs.in_grid_order(x) for x in (start, loop_start, end, fluid.job_slot[job]))
