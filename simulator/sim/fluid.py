@@ -78,8 +78,8 @@ from simulator.sim.stream import replay
 # Above this many waves one-shot CTAs merge into jobs (``_jobs``). Each wave unmerged is
 # about four events per slot, and an event costs in proportion to the slots (naive QK at
 # 62 waves on the H200, 1,056 slots: 266 k events, 7.6 s; merged four a job, 1.3 s). At
-# 16, merging moved no kernel's time against the full engine by more than 2 points (3.5
-# at 8; BENCHMARKS.md, "Accuracy of the aggregation": measured 2026-12-07; 64 before).
+# 16, merging moved no kernel's time against the full engine by more than 2.3 points
+# (3.9 at 8; BENCHMARKS.md, "Accuracy of the aggregation": measured 2026-12-07; 64 before).
 MAX_JOBS_PER_SLOT = 16
 # When a merged job of one-shot CTAs is one phase (``_fold_merged``): its SM holds more
 # than FOLD_MAX_ALONE CTAs, or HBM is oversubscribed FOLD_MIN_HBM_DEMAND times; across
