@@ -19,7 +19,7 @@ def test_only_loopless_kernels_of_many_waves_merge_ctas():
     few = fluid.MAX_JOBS_PER_SLOT * slots  # exactly MAX waves: one CTA a job
     kept = fluid._jobs(few, slots, loopless=True)
     assert kept.order is None and np.array_equal(kept.first, np.arange(few))
-    many = 3 * few + 7  # three waves and a bit per job: rounds of four waves
+    many = 3 * few + 7  # three times MAX waves and a bit: jobs of four, rounds of 4 waves
     jobs = fluid._jobs(many, slots, loopless=True)
     assert jobs.first.size <= fluid.MAX_JOBS_PER_SLOT * slots
     assert np.array_equal(np.sort(jobs.order), np.arange(many))  # every CTA once
