@@ -65,6 +65,7 @@ CASES = {
         AttentionProblem(1, 8, 2048, 128), Tiling(64, 128, 1, 8), few_sms(H200, 16), None),
 }
 VARIANTS = [(64, True), (16, True), (8, True), (64, False), (16, False)]
+wave_apart = fluid._jobs  # the engine's grouping
 
 
 def side_by_side(grid: int, slots: int, loopless: bool) -> fluid.Jobs:
@@ -74,9 +75,6 @@ def side_by_side(grid: int, slots: int, loopless: bool) -> fluid.Jobs:
         return jobs
     per_job = int(jobs.first[1] - jobs.first[0])
     return fluid.Jobs(None, np.arange(0, grid, per_job, dtype=np.int64))
-
-
-wave_apart = fluid._jobs
 
 
 def relative(new: float, ref: float) -> str:
