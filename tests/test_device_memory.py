@@ -107,7 +107,15 @@ def test_compare_counts_naive_when_only_flashattention_fits():
     assert fa2["time_s"] > 0 and fa2["legal"] is True and "note" not in fa2
 
 
-def test_compare_refuses_when_flashattention_does_not_fit_either():
+def test_compare_refuses_when_flashattention_does_not_fit_either(monkeypatch):
+    """Before naive attention is counted: at N = 10^8 its tiles alone would take tens of
+    terabytes of the host's memory."""
+    import simulator.prediction
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("naive attention counted")
+
+    monkeypatch.setattr(simulator.prediction, "count_prediction", refuse)
     small = dataclasses.replace(H200, hbm_bytes=1_000_000)
     with pytest.raises(DeviceMemoryError, match="fa2 does not fit"):
         predict_pair(_problem(), TILING, small)

@@ -90,13 +90,14 @@ def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware,
     Naive attention's S and P outgrow device memory long before FlashAttention's tensors
     do. Then naive keeps its exact counts, untimed (``time_s`` and its DRAM bytes ``None``,
     ``legal`` false), and ``"note"`` says why: that it cannot run at all is the comparison's
-    point. If FlashAttention does not fit either, ``DeviceMemoryError`` as ``predict``.
+    point. If FlashAttention does not fit either, ``DeviceMemoryError`` as ``predict``,
+    before naive attention is counted (its tiles alone may outgrow the host's memory).
     """
     from simulator.device_memory import DeviceMemoryError
     from simulator.prediction import count_prediction
 
     preds = {}
-    for name in PAIR:
+    for name in reversed(PAIR):  # FlashAttention first: it decides whether to go on
         try:
             preds[name] = predict(problem, tiling, name, hw, (compiled or {}).get(name))
         except DeviceMemoryError as exc:
@@ -106,7 +107,7 @@ def predict_pair(problem: AttentionProblem, tiling: Tiling, hw: Hardware,
                                            (compiled or {}).get(name))
             preds[name]["model"] = source()
             preds[name]["note"] = str(exc)
-    return preds
+    return {name: preds[name] for name in PAIR}
 
 
 def timed(pred: dict) -> bool:
