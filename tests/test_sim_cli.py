@@ -268,3 +268,25 @@ def test_a_tile_its_warps_compute_twice_is_named(capsys):
                      "elementwise work; 128 rows or fewer warps avoid it"]
     assert main(["simulate", *bwd, "--block-m", "128"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, note", [
+    # one batch of 8 K/V heads: 8 CTAs; 16 splits would give 128, fewer than 132 SMs
+    ([], "note: decode_split runs 8 CTAs on 132 SMs (batch x K/V heads x --split-kv 1); "
+         "--split-kv 32 gives 256 (`tilesim sweep --schedule decode` ranks the split counts)"),
+    # 4 blocks of 64 keys: 4 splits at most
+    (["--kv-seq", "256"], "note: decode_split runs 8 CTAs on 132 SMs (batch x K/V heads x "
+                          "--split-kv 1); --split-kv 4 gives 32 (`tilesim sweep --schedule "
+                          "decode` ranks the split counts)"),
+    (["--kv-seq", "256", "--split-kv", "4"],
+     "note: decode_split runs 32 CTAs on 132 SMs (batch x K/V heads x --split-kv 4); its "
+     "keys have 4 blocks of 64, too few to split further (a smaller --block-n splits finer)"),
+    (["--split-kv", "16"], None),  # 128 CTAs: every SM but 4 has one
+    (["--batch", "16"], None)])
+def test_decode_that_leaves_sms_idle_is_told_the_split_that_fills_them(capsys, extra, note):
+    argv = ["simulate", "--hardware", "h200-sxm", "--schedule", "decode", "--batch", "1",
+            "--heads", "32", "--kv-heads", "8", "--seq", "1", "--kv-seq", "8192",
+            "--head-dim", "128", "--block-n", "64", *extra]
+    assert main(argv) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ([note] if note else [])

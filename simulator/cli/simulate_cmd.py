@@ -5,8 +5,9 @@ timing summary (time, TFLOP/s by the papers' FLOP convention, achieved bandwidth
 occupancy and what bounds each kernel), or the full prediction JSON with ``--json``.
 ``--timeline run.json`` writes a Chrome Trace Event file (Perfetto UI opens it). A note
 follows for every kernel whose warp layout computes a tile more than once
-(``traces.schedules.mma_layout``). A tiling whose CTA cannot fit on an SM is refused with
-one line and exit code 2.
+(``traces.schedules.mma_layout``), and for decode whose split kernel leaves half the SMs
+or more without a CTA, the split count that would give each one. A tiling whose CTA
+cannot fit on an SM is refused with one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def run(args) -> int:
     if tiling_note:
         print(tiling_note)
     print_tables(counts_tables(pred) + [timing_table(pred)])
-    for note in repeated_work_notes(pred) + spill_notes({args.schedule: pred}):
+    for note in (repeated_work_notes(pred) + spill_notes({args.schedule: pred})
+                 + split_notes(pred, problem, tiling, hw)):
         print(note)
     if args.timeline:
         print(f"timeline written to {args.timeline}")
@@ -110,6 +112,31 @@ def timing_table(pred: dict):
         table.caption += (f". L2 started dirty: {foreign / 1e6:,.1f} MB of another program's "
                           f"data written back, in the HBM GB/s above")
     return table
+
+
+def split_notes(pred: dict, problem, tiling, hw) -> list[str]:
+    """For decode whose split kernel leaves at least half the GPU's SMs without a CTA
+    (one CTA a batch, K/V head and split): the split count, a power of two, that gives
+    every SM one, within what the K/V blocks allow; no line otherwise."""
+    from traces.schedules.base import cdiv
+
+    split = next((k for k in pred["kernels"] if k["name"] == "decode_split"), None)
+    if split is None or 2 * split["grid"] > hw.sm_count:
+        return []
+    heads = split["grid"] // tiling.split_kv  # batch x K/V heads
+    blocks = cdiv(problem.seq_kv, tiling.block_n)
+    more = 1
+    while heads * more < hw.sm_count and more * 2 <= blocks:
+        more *= 2
+    while more > tiling.split_kv and cdiv(blocks, cdiv(blocks, more)) != more:
+        more //= 2  # a split count that leaves chunks empty: the schedule refuses it
+    line = (f"note: decode_split runs {split['grid']} CTAs on {hw.sm_count} SMs "
+            f"(batch x K/V heads x --split-kv {tiling.split_kv})")
+    if more <= tiling.split_kv:
+        return [f"{line}; its keys have {blocks} blocks of {tiling.block_n}, too few to split "
+                f"further (a smaller --block-n splits finer)"]
+    return [f"{line}; --split-kv {more} gives {heads * more} (`tilesim sweep --schedule "
+            f"decode` ranks the split counts)"]
 
 
 def repeated_work_notes(pred: dict) -> list[str]:
