@@ -2,10 +2,12 @@
 
 Run from the repository root:
     python benchmarks/kernel_table.py [--jobs 2] [--only estimated|table]
+        [--schedule fa2 --schedule naive --schedule decode]
 
-Predicts every FA2 record (forward and backward) and naive record (forward) of the H200
-matrix (validation/records/h200-default-2026-11-30.jsonl), the schedules the table covers,
-twice, as `tilesim simulate` does without
+Predicts every FA2 record (forward and backward), naive record (forward) and decode
+record of the H200 matrix (validation/records/h200-default-2026-11-30.jsonl), the
+schedules the table covers (``--schedule`` picks some), twice, as `tilesim simulate` does
+without
 `--compiled-resources`: with the registers estimated from the tiles
 (`--estimated-resources`, what it did before the table) and with the table's compile facts
 (what it does now), L2 as `do_bench` left it in both, as reconcile does. Prints time MAPE,
@@ -28,6 +30,7 @@ from validation.reconcile import TARGETS, ranking, reconcile  # noqa: E402
 from validation.records import read_records  # noqa: E402
 
 RECORDS = REPO / "validation" / "records" / "h200-default-2026-11-30.jsonl"
+SCHEDULES = ("fa2", "naive", "decode")  # those the table covers
 
 
 def predict_estimated(problem, tiling, schedule, hw, compiled=None, l2_start="cold"):
@@ -56,17 +59,20 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", choices=("estimated", "table"),
                         help="one of the two predictions (default: both)")
+    parser.add_argument("--schedule", action="append", choices=SCHEDULES,
+                        help="only these schedules' records (repeatable; default: all three)")
     args = parser.parse_args()
+    schedules = args.schedule or SCHEDULES
     records, _ = read_records(RECORDS)
     covered = [r for r in records if r.get("implementation") == "triton"
-               and r.get("schedule") in ("fa2", "naive") and r["problem"]["dtype"] == "bf16"]
-    print(f"{len(covered)} FA2 and naive records")
+               and r.get("schedule") in schedules and r["problem"]["dtype"] == "bf16"]
+    print(f"{len(covered)} records of {', '.join(schedules)}")
     for label, predictor in (("estimated registers", predict_estimated),
                              ("table of compiles", predict_from_table)):
         if args.only and not label.startswith(args.only):
             continue
         report = reconcile(covered, predictor=predictor, jobs=args.jobs)
-        for group in ("fa2 fwd", "fa2 bwd", "naive fwd"):
+        for group in sorted(report["summary"]["per_group"]):
             print(f"{group}, {label}: {summary(report, group)}")
     return 0
 

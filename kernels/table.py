@@ -45,7 +45,16 @@ stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
   it (15 to 131071 keys), causal and not, bf16 and fp16, and its backward's five kernels
   in bf16;
 - FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16;
-- FA2's forward at head_dim 256, causal and not, with and without GQA, in bf16.
+- FA2's forward at head_dim 256, causal and not, with and without GQA, in bf16;
+- split-KV decode's two kernels (since 2026-12-07, twenty-third session) for one query a
+  head (``n_q`` 1, a constexpr: generation), at head_dim 64 and 128, causal and not, in
+  bf16, group 1 and ``GQA_GROUP``. Triton specializes its key length, split count and
+  chunk (K/V blocks a split) on being 1 or a multiple of 16 (``INT_CLASSES``), so its
+  variants are those classes, not lengths: the key length on or off the multiples, the
+  split count and the chunk each 1, on or off them (every launch a sweep tries, whatever
+  its length), each compiled over the sweep's 50 block_n, stages and warps (decode has no
+  block_m) at a launch of those classes (``decode_launch``); its reduce, which knows
+  neither keys nor chunks, over the split count's classes.
 
 A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
 (``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
@@ -172,8 +181,8 @@ equal their rows in every fact, 32 jobs each). FA2's backward at head_dim 256 st
 estimated on sm_80.
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
-stands: decode is always estimated (its compile depends on its split count and group size
-as well).
+stands: decode with several queries a head (speculative decoding) or a group of 16 or
+more, for one, and decode on sm_80.
 
 The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
 about eight minutes on two cores for the variants before GQA's dQ and the lengths off
@@ -252,6 +261,16 @@ BOTH_DTYPES, BF16 = ("bf16", "fp16"), ("bf16",)
 
 DEFAULT_HEAD_DIMS = (64, 128)
 
+# How Triton specializes an integer argument at launch (``resources.launch_ints``): 1 (a
+# constexpr), a multiple of 16, or neither. Decode's compile depends on the class of its
+# key length, split count and chunk (K/V blocks a split), not on their values.
+ONE, ON_16, OFF_16 = "1", "on 16", "off 16"
+INT_CLASSES = (ONE, OFF_16, ON_16)
+# Decode's launch: one query a head (``n_q`` 1, a constexpr), as in generation. Its
+# ``block_m`` is no constexpr of either kernel; ``tilesim sweep`` names 128.
+DECODE_QUERIES, DECODE_BLOCK_M = 1, 128
+DECODE_KERNELS = ("decode_split", "decode_reduce")
+
 
 def _variants(kernels, dtypes, causal=(False, True), head_dims=DEFAULT_HEAD_DIMS, **launch):
     """One variant per kernel, head dim, dtype and mask (in that order), each with the
@@ -267,6 +286,59 @@ def _naive_softmax(seq_of_row) -> list[dict]:
     return [v for row in SOFTMAX_ROWS
             for v in _variants(("naive_softmax",), BOTH_DTYPES, head_dims=(128,),
                                seq=seq_of_row(row))]
+
+
+def int_class(n: int) -> str:
+    """The specialization Triton gives an integer argument of value ``n`` (``INT_CLASSES``)."""
+    return ONE if n == 1 else ON_16 if n % 16 == 0 else OFF_16
+
+
+def _splits_of(blocks: int, split: str, chunk: str) -> int | None:
+    """A split count of ``blocks`` K/V blocks of the class ``split`` whose chunk
+    (``ceil(blocks / splits)`` blocks a split) is of the class ``chunk``, no chunk left
+    empty (as ``kernels.decode.check`` asks); None if there is none. The splits that leave
+    none empty with chunks of ``c`` blocks are ``ceil(blocks / c)``."""
+    chunks = {ONE: range(1, 2), ON_16: range(16, blocks + 1, 16),
+              OFF_16: (c for c in range(2, blocks + 1) if c % 16)}[chunk]
+    for per_split in chunks:
+        splits = -(-blocks // per_split)
+        if -(-blocks // splits) == per_split and int_class(splits) == split:
+            return splits
+    return None
+
+
+@functools.cache
+def decode_launch(keys: str, split: str, chunk: str) -> tuple[int, dict[int, int]]:
+    """(key length, split count by block_n of ``BLOCKS``) of decode launches whose key
+    length, split count and chunk are of the classes ``keys`` (``ON_16`` or ``OFF_16``),
+    ``split`` and ``chunk`` at every block_n: the shortest such length (a multiple of 16,
+    or one key short of it), and at each block_n the split count of the smallest chunk
+    of its class."""
+    for sixteens in itertools.count(1):
+        n_kv = 16 * sixteens - (keys == OFF_16)
+        splits = {}
+        for bn in sorted(BLOCKS, reverse=True):  # the fewest blocks first: they fail first
+            splits[bn] = _splits_of(-(-n_kv // bn), split, chunk)
+            if splits[bn] is None:
+                break
+        else:
+            return n_kv, {bn: splits[bn] for bn in BLOCKS}
+    raise AssertionError("unreachable")  # itertools.count does not end
+
+
+def _decode_variants(causal=(False, True)) -> list[dict]:
+    """decode_split at head_dim 64 and 128, bf16, groups 1 and ``GQA_GROUP``, keys on and
+    off the multiples of 16, over every class of its split count and chunk; decode_reduce,
+    which knows neither keys nor chunks, over the split count's."""
+    variants = []
+    for d, group, masked, split in itertools.product(DEFAULT_HEAD_DIMS, (1, GQA_GROUP),
+                                                     causal, INT_CLASSES):
+        base = {"head_dim": d, "dtype": "bf16", "causal": masked, "group": group,
+                "seq_q": DECODE_QUERIES, "split": split}
+        variants += [{"kernel": "decode_split", **base, "keys": keys, "chunk": chunk}
+                     for keys, chunk in itertools.product((ON_16, OFF_16), INT_CLASSES)]
+        variants.append({"kernel": "decode_reduce", **base, "keys": ON_16, "chunk": ONE})
+    return variants
 
 
 VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
@@ -309,7 +381,10 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             # FA2's forward at head_dim 256 (fifteenth session), with and without GQA:
             # Gemma's heads, where a tile's accumulator alone fills a thread's registers
             + _variants(("fa2_fwd",), BF16, head_dims=(256,))
-            + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP))
+            + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP)
+            # split-KV decode (since 2026-12-07, twenty-third session): one query a head,
+            # without and with GQA, over every specialization of its integers
+            + _decode_variants())
 
 # sm_80 (the A100 presets; sixteenth session): FA2's forward and its backward's three
 # kernels at head_dim 64 and 128, causal and not, in bf16 (fp16 takes them: ``STAND_IN``);
@@ -346,14 +421,34 @@ VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 def variant_shape(variant: dict) -> dict:
     """``resources.measure``'s launch keywords of one variant: ``LAUNCH``, its mask, and
-    its sequence lengths (``seq``: queries and keys; ``kv_seq``: keys alone) and group size
-    (``group``) where it has its own."""
+    its sequence lengths (``seq``: queries and keys; ``kv_seq``: keys alone; ``seq_q``:
+    queries alone) and group size (``group``) where it has its own; decode's group tile
+    (``decode_rows``) is its group's query rows. A decode variant's key length is each
+    launch's own (``variant_launches``)."""
     seq = variant.get("seq")
     lengths = {} if seq is None else {"seq_q": seq, "seq_kv": seq}
     if "kv_seq" in variant:
         lengths["seq_kv"] = variant["kv_seq"]
+    if "seq_q" in variant:
+        lengths["seq_q"] = variant["seq_q"]
     group = {} if "group" not in variant else {"group": variant["group"]}
-    return dict(LAUNCH, causal=variant["causal"], **lengths, **group)
+    shape = dict(LAUNCH, causal=variant["causal"], **lengths, **group)
+    if variant.get("kernel") in DECODE_KERNELS:
+        shape["decode_rows"] = shape["group"] * shape["seq_q"]
+    return shape
+
+
+def variant_launches(variant: dict) -> list[tuple[dict, Tiling]]:
+    """The (launch keywords, tiling) pairs a variant is compiled as: ``variant_shape``
+    over the sweep space; a decode variant over its block_n, stages and warps at the key
+    length of its classes and each block_n's split count (``decode_launch``), ``block_m``
+    ``DECODE_BLOCK_M``."""
+    shape = variant_shape(variant)
+    if variant["kernel"] not in DECODE_KERNELS:
+        return [(shape, tiling) for tiling in sweep_space()]
+    n_kv, splits = decode_launch(variant["keys"], variant["split"], variant["chunk"])
+    return [(dict(shape, seq_kv=n_kv), Tiling(DECODE_BLOCK_M, bn, stages, warps, splits[bn]))
+            for bn, stages, warps in itertools.product(BLOCKS, STAGES, WARPS)]
 
 
 # ``tilesim sweep``'s tiling space (simulator.cli.sweep_cmd: BLOCKS, STAGES, WARPS).
@@ -486,16 +581,16 @@ def build(arch: int = ARCH, out: Path | None = None, workers: int | None = None)
     import triton
 
     out = TABLES[arch] if out is None else out
-    tilings = sweep_space()
     kept = (_all_rows(arch) if current(arch) and header(arch).get("triton") == triton.__version__
             else {})
     rows: dict[str, dict] = {}
     for v in VARIANTS_OF[arch]:
-        shape = variant_shape(v)
+        launches = variant_launches(v)
+        shape = launches[0][0]  # every launch of a variant has the same keywords
         keys = [resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"], tiling,
-                                  **shape) for tiling in tilings]
+                                  **shape) for _, tiling in launches]
         rows.update({key: kept[key] for key in keys if key in kept})
-        todo = [(key, tiling) for key, tiling in zip(keys, tilings, strict=True)
+        todo = [(key, tiling) for key, (_, tiling) in zip(keys, launches, strict=True)
                 if key not in rows]
         if not todo:
             continue
@@ -542,11 +637,10 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
     with (a stale table, or a variant not built yet)."""
     import random
 
-    tilings = random.Random(seed).sample(sweep_space(), samples)
     cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
     variants = VARIANTS_OF[arch]
     for v in variants:
-        shape = variant_shape(v)
+        shape = variant_launches(v)[0][0]
         for dtype, stand_in in STAND_IN.items():
             if v["dtype"] == stand_in and dict(v, dtype=dtype) not in variants:
                 cases.append((dtype, v, dtype, shape))
@@ -554,12 +648,14 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
             cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))
     report: dict[str, dict] = {}
     for case, v, dtype, shape in cases:
+        # the same draw for every variant (a decode variant's tilings carry its splits)
+        tilings = random.Random(seed).sample([t for _, t in variant_launches(v)], samples)
         compiled = resources.measure([v["kernel"]], archs=(arch,), dtype=dtype,
                                      head_dim=v["head_dim"], tilings=tilings,
                                      workers=workers, **shape)
         entry = report.setdefault(case, {}).setdefault(_launch_label(v),
                                                        {"jobs": 0, "differ": {}})
-        own = variant_shape(v)
+        own = variant_launches(v)[0][0]
         for tiling, result in zip(tilings, compiled, strict=True):
             row = lookup(resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"],
                                            tiling, **own))
@@ -575,7 +671,8 @@ def _launch_label(variant: dict) -> str:
     """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s,
     and its head dim where that is not one of ``_variants``' own (64, 128): "fa2_bwd_dq",
     "fa2_bwd_dq group 4", "fa2_fwd seq 1000", "fa2_fwd kv_seq 1000", "fa2_fwd d 256"."""
-    extra = [f"{name} {variant[name]}" for name in ("group", "seq", "kv_seq")
+    extra = [f"{name} {variant[name]}" for name in ("group", "seq", "kv_seq", "seq_q",
+                                                     "keys", "split", "chunk")
              if name in variant]
     if variant["head_dim"] not in DEFAULT_HEAD_DIMS:
         extra.append(f"d {variant['head_dim']}")

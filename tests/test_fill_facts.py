@@ -72,9 +72,9 @@ def _without_triton(monkeypatch):
 
 
 def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch):
-    """The H200 records' FA2 and naive kernels are in tilesim's table of compiles, made
-    with the Triton their device ran: they take its rows' facts, no Triton needed; a decode
-    record (not in the table) and a record of another Triton need a compile."""
+    """The H200 records' kernels are in tilesim's table of compiles, made with the Triton
+    their device ran: they take its rows' facts, no Triton needed; a decode record of four
+    queries a head (not in the table) and a record of another Triton need a compile."""
     from kernels import resources, table
     from traces.problem import AttentionProblem
     from traces.tiling import Tiling
@@ -83,8 +83,9 @@ def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch
     _without_triton(monkeypatch)
     rec = _record(SPILLING)
     naive = _record("naive-fwd-b1-h16-q16384-k16384-d64-bf16-causal-m64-n64-s2-w4")
-    out, filled = fill_loop_facts([rec, naive])
-    assert filled == 2
+    decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
+    out, filled = fill_loop_facts([rec, naive, decode])
+    assert filled == 3
     problem = AttentionProblem.from_dict(rec["problem"])
     row = table.problem_rows(problem, Tiling.from_dict(rec["tiling"]), ["fa2_fwd"])["fa2_fwd"]
     fact = out[0]["kernel_facts"][0]
@@ -96,17 +97,22 @@ def test_records_tilesims_table_has_take_its_facts_without_a_compile(monkeypatch
     key = resources.job_key("naive_softmax", 90, "bf16", 64, Tiling(64, 64, 2, 4),
                             **table.variant_shape({"causal": True, "seq": 16384}))
     assert softmax["straight_instructions"] == table.lookup(key)["straight_instructions"]
-    _, said = fill_saying_how([rec, naive])
-    assert said["records"] == said["table"] == 2
+    split = out[2]["kernel_facts"][0]
+    assert split["name"] == "decode_split" and split["loop_instructions"] > 0
+    rows = table.problem_rows(AttentionProblem.from_dict(decode["problem"]),
+                              Tiling.from_dict(decode["tiling"]), ["decode_split"])
+    assert split["loop_instructions"] == rows["decode_split"]["loop_instructions"]
+    _, said = fill_saying_how([rec, naive, decode])
+    assert said["records"] == said["table"] == 3
     assert said["table_triton"] == table.header()["triton"]
     from validation import report as rp
 
     report = {"model": "simulator", "summary": {"targets": {}}, "unpredicted": [],
-              "duplicates_dropped": 0, "loop_facts_filled": 2, "loop_facts_compilers": said}
-    line = next(x for x in rp.target_lines(report) if x.startswith("loop facts: 2 records"))
+              "duplicates_dropped": 0, "loop_facts_filled": 3, "loop_facts_compilers": said}
+    line = next(x for x in rp.target_lines(report) if x.startswith("loop facts: 3 records"))
     assert f"table of compiles (Triton {said['table_triton']}, the version the device" in line
     assert "compile here" not in line
-    decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
+    decode = dict(decode, problem=dict(decode["problem"], seq_q=4))  # speculative decoding
     other = copy.deepcopy(rec)
     other["environment"]["triton"] = "3.0.0"
     for needs_compile in (decode, other):
@@ -160,6 +166,7 @@ def test_without_triton_it_says_so_in_one_line(monkeypatch):
 
     _without_triton(monkeypatch)
     decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
+    decode = dict(decode, problem=dict(decode["problem"], seq_q=4))  # speculative decoding
     with pytest.raises(ProblemError) as info:
         fill_loop_facts([decode])  # not in tilesim's table of compiles
     assert "--fill-loop-facts" in str(info.value) and "triton is missing" in str(info.value)

@@ -62,8 +62,10 @@ def test_the_table_covers_every_variant_over_the_sweep_space(arch):
     tilings = table.sweep_space()
     assert len(tilings) == 250
     for v in table.VARIANTS_OF[arch]:
-        shape = table.variant_shape(v)
-        for tiling in tilings:
+        launches = table.variant_launches(v)
+        # decode's sweep has no block_m axis: its 50 block_n, stages and warps
+        assert len(launches) == (50 if v["kernel"].startswith("decode") else 250)
+        for shape, tiling in launches:
             key = resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"],
                                     tiling, **shape)
             found = table.lookup(key)
@@ -75,28 +77,46 @@ def test_the_table_covers_every_variant_over_the_sweep_space(arch):
 
 
 def test_the_table_has_the_h200_records_own_compile_facts():
-    """The device compiled each kernel it ran (Triton 3.6.0 on the H200, the launch's own
-    specialization) and recorded its registers and shared memory: the table, compiled here
-    for sm_90 under the same Triton, has the same numbers for every kernel of every FA2 and
-    naive record, forward and backward. (Their spill sizes were read as 0 until 2026-12-02,
-    from the wrong column: not compared.)"""
-    checked = {"fa2": 0, "naive": 0}
+    """The device compiled the kernels of each compile key of its plan once, as the first
+    config with that key launches them (Triton 3.6.0 on the H200, that launch's own
+    specialization), and recorded their registers and shared memory for every config with
+    the key: the table, compiled here for sm_90 under the same Triton, has the same numbers
+    for every kernel of every FA2, naive and decode record, forward and backward. (Their
+    spill sizes were read as 0 until 2026-12-02, from the wrong column: not compared.)
+
+    The plan's compile key left out how Triton specializes decode's split count and chunk
+    (``validation.compile.launch_key`` adds it since 2026-12-07): one decode record, a
+    chunk of one K/V block (a constexpr), carries its sibling's 72 registers where its own
+    launch compiles to 80."""
+    plan = json.loads((RECORDS.parent / "plans" / "default.json").read_text())
+    warmed = {}
+    for cfg in plan["configs"]:  # precompile's order: the first config of each key
+        warmed.setdefault(cfg["compile_key"], cfg)
+    first_of = {cfg["id"]: warmed[cfg["compile_key"]] for cfg in plan["configs"]}
+
+    def row(name, cfg):
+        p, t = AttentionProblem.from_dict(cfg["problem"]), Tiling.from_dict(cfg["tiling"])
+        found = table.problem_rows(p, t, [name]).get(name)
+        assert found is not None, (cfg["id"], name)
+        return found["registers"], found["shared_bytes"]
+
+    checked, own_launch_differs = {"fa2": 0, "naive": 0, "decode": 0}, []
     for line in (RECORDS / "h200-default-2026-11-30.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if rec.get("schedule") not in checked or rec.get("implementation") != "triton":
             continue
-        p, t = rec["problem"], Tiling.from_dict(rec["tiling"])
-        shape = {"causal": p["causal"], "seq_kv": p["seq_kv"],
-                 **resources.launch_shape(p["seq_q"], p["heads"], p["heads"] // p["kv_heads"])}
         for facts in rec["kernel_facts"]:
-            found = table.lookup(resources.job_key(facts["name"], 90, p["dtype"],
-                                                   p["head_dim"], t, **shape))
-            assert found is not None, (rec["record_id"], facts["name"])
-            assert (found["registers"], found["shared_bytes"]) == (
-                facts["registers"], facts["shared_bytes"]), (rec["record_id"], facts["name"])
+            device = (facts["registers"], facts["shared_bytes"])
+            assert row(facts["name"], first_of[rec["record_id"]]) == device, rec["record_id"]
+            if row(facts["name"], rec) != device:
+                own_launch_differs.append((rec["record_id"], facts["name"], row(
+                    facts["name"], rec)[0], device[0]))
             checked[rec["schedule"]] += 1
-    # FA2: the forwards, and the backwards' three kernels; naive: its forwards' three
-    assert checked == {"fa2": 90 + 95 * 3, "naive": 80 * 3}
+    # FA2: the forwards, and the backwards' three kernels; naive: its forwards' three;
+    # decode: its split and its reduce
+    assert checked == {"fa2": 90 + 95 * 3, "naive": 80 * 3, "decode": 40 * 2}
+    assert own_launch_differs == [
+        ("decode-fwd-b16-h32-kv8-q1-k1024-d128-bf16-m16-n32-s2-w4-sp32", "decode_split", 80, 72)]
 
 
 def test_the_table_is_what_its_triton_compiles(monkeypatch):
@@ -153,6 +173,16 @@ def test_the_table_is_what_its_triton_compiles(monkeypatch):
                                   head_dim=128, tilings=[tiling], workers=1, **shape)
     row = table.lookup(resources.job_key("naive_softmax", 80, "fp16", 128, tiling, **shape))
     assert resources.KernelResources.of_job(row, tiling, 128) == result
+    # decode's split at a launch of its own (keys off the multiples of 16, split in 8
+    # chunks of 47 blocks, a group of 8): the row of its classes, compiled elsewhere
+    problem = AttentionProblem(batch=2, heads=32, kv_heads=4, seq_q=1, seq_kv=12001,
+                               head_dim=64)
+    tiling = Tiling(128, 32, 3, 4, 8)
+    (result,) = resources.measure(["decode_split"], dtype="bf16", head_dim=64,
+                                  tilings=[tiling], workers=1,
+                                  **resources.problem_shape(problem))
+    assert table.problem_rows(problem, tiling, ["decode_split"])["decode_split"] == \
+        result.to_dict()
 
 
 def test_simulate_takes_the_table_without_a_compiler(capsys):
@@ -175,6 +205,69 @@ def test_simulate_takes_the_table_without_a_compiler(capsys):
         kernel, Tiling(128, 64, 2, 4), 128)
     assert e["spill_bytes_per_iteration"] is None
     assert shipped["time_s"] > estimated["time_s"]
+
+
+def test_decode_is_compiled_at_every_class_of_its_integers():
+    """Triton specializes decode's integers (key length, group, split count, chunk) on
+    being 1 or a multiple of 16, so its variants are those classes, each launched at a key
+    length and split counts that have them at every block_n, no chunk left empty."""
+    variants = [v for v in table.VARIANTS if v["kernel"] in table.DECODE_KERNELS]
+    classes = {(v["kernel"], v["keys"], v["split"], v["chunk"]) for v in variants}
+    assert len(classes) == 2 * 3 * 3 + 3  # the split's; the reduce's, which knows no keys
+    for v in variants:
+        for shape, tiling in table.variant_launches(v):
+            ints = resources.launch_ints(v["kernel"], tiling, shape["seq_q"],
+                                         shape["seq_kv"], shape["heads"], shape["group"])
+            assert table.int_class(ints["n_q"]) == table.ONE
+            assert table.int_class(ints["group"]) == (table.ONE if v["group"] == 1
+                                                      else table.OFF_16)
+            assert table.int_class(ints["n_split"]) == v["split"]
+            if v["kernel"] == "decode_split":
+                assert table.int_class(ints["n_kv"]) == v["keys"]
+                assert table.int_class(ints["chunk"]) == v["chunk"]
+                blocks = -(-shape["seq_kv"] // tiling.block_n)
+                assert (ints["n_split"] - 1) * ints["chunk"] < blocks  # none empty
+    # by hand: splits and chunks both off the multiples at every block_n need 3 blocks of
+    # 256 keys (2 blocks split in 2 leave chunks of 1), so 33 of 16 split 17 ways
+    assert table.decode_launch(table.ON_16, table.OFF_16, table.OFF_16) == (
+        528, {16: 17, 32: 9, 64: 5, 128: 3, 256: 2})
+    assert table.decode_launch(table.OFF_16, table.ONE, table.ONE) == (
+        15, {bn: 1 for bn in table.BLOCKS})
+
+
+def _decode_sweep(capsys, *flags):
+    code, out, err = _cli(["sweep", "--hardware", "h200-sxm", "--schedule", "decode",
+                           "--batch", "4", "--heads", "32", "--seq", "1", "--head-dim", "128",
+                           "--block-n", "32,128", "--stages", "2", "--warps", "4",
+                           "--jobs", "1", "--json", *flags], capsys)
+    assert code == 0, err
+    return json.loads(out)["results"]
+
+
+@pytest.mark.parametrize("kv_heads, seq_kv, causal, dtype", [
+    (8, 4096, False, "bf16"),  # the records' GQA (group 4)
+    (4, 3001, True, "bf16"),  # group 8, keys off the multiples of 16, a mask
+    (32, 16000, False, "fp16")])  # group 1; fp16 takes bf16's compile
+def test_a_decode_sweep_rates_every_tiling_from_the_table(capsys, kv_heads, seq_kv, causal,
+                                                          dtype):
+    """Every split count a sweep tries (1, a few, multiples of 16) finds its compile."""
+    flags = ["--kv-heads", str(kv_heads), "--kv-seq", str(seq_kv), "--dtype", dtype]
+    results = _decode_sweep(capsys, *flags, *(["--causal"] if causal else []))
+    assert len({r["tiling"]["split_kv"] for r in results}) >= 5
+    problem = AttentionProblem(batch=4, heads=32, kv_heads=kv_heads, seq_q=1, seq_kv=seq_kv,
+                               head_dim=128, dtype=dtype, causal=causal)
+    for r in results:
+        assert [k["resources"] for k in r["kernels"]] == ["table", "table"], r["tiling"]
+        rows = table.problem_rows(problem, Tiling.from_dict(r["tiling"]), table.DECODE_KERNELS)
+        assert [k["registers_per_thread"] for k in r["kernels"]] == [
+            rows[name]["registers"] for name in table.DECODE_KERNELS]
+
+
+def test_decode_with_several_queries_is_estimated(capsys):
+    """Four queries a head (speculative decoding) are another compile (``n_q`` no longer a
+    constexpr), which the table does not hold."""
+    results = _decode_sweep(capsys, "--kv-heads", "8", "--kv-seq", "4096", "--seq", "4")
+    assert {k["resources"] for r in results for k in r["kernels"]} == {"estimated"}
 
 
 def test_fa1_takes_the_table_as_fa2_does(capsys):
@@ -546,9 +639,8 @@ def test_the_table_file_is_one_header_and_one_row_per_job(arch):
     lines = gzip.decompress(table.TABLES[arch].read_bytes()).decode().splitlines()
     assert json.loads(lines[0])["variants"] == table.VARIANTS_OF[arch]
     rows = [json.loads(line) for line in lines[1:]]
-    jobs = {resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"], t,
-                              **table.variant_shape(v))
-            for v in table.VARIANTS_OF[arch] for t in table.sweep_space()}
+    jobs = {resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"], t, **shape)
+            for v in table.VARIANTS_OF[arch] for shape, t in table.variant_launches(v)}
     assert len(rows) == len({r["key"] for r in rows}) == len(jobs)
     assert {r["key"] for r in rows} == jobs
 
@@ -643,7 +735,8 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
         (k, "fp16") for k in ("fa2_bwd_preprocess", "fa2_bwd_dq", "fa2_bwd_dkdv",
                               "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_ds",
                               "naive_bwd_dq", "naive_bwd_dk",
-                              "fa2_fwd")}  # none the table has in fp16 (GQA's forward)
+                              "fa2_fwd",  # none the table has in fp16 (GQA's forward)
+                              "decode_split", "decode_reduce")}
     # per kernel and launch, each over d x causal: FA2's forward in fp16 with GQA, with
     # keys alone off the multiples of 16, and at d = 256 (those the table holds in bf16
     # alone; d = 256, its one head dim, labelled as such)
@@ -668,7 +761,13 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     assert {k for k, dtype, _, _, heads in asked if heads == 12} == {
         "fa1_fwd", "fa2_fwd", "fa2_bwd_dq", "fa2_bwd_dkdv", "naive_qk", "naive_pv",
         "naive_bwd_dv", "naive_bwd_dp", "naive_bwd_dq",
-        "naive_bwd_dk"}  # those that take the head count
+        "naive_bwd_dk", "decode_reduce"}  # those that take the head count
+    # decode, per class of its integers, over d x causal; its split takes no head count
+    split = "decode_split group 4 seq_q 1 keys off 16 split on 16 chunk off 16"
+    assert fp16[split] == {"jobs": 3 * 4, "differ": {}} and split not in heads12
+    reduce = "decode_reduce group 1 seq_q 1 keys on 16 split off 16 chunk 1"
+    assert fp16[reduce] == heads12[reduce] == {"jobs": 3 * 4, "differ": {}}
+    assert sum(1 for k in fp16 if k.startswith("decode_split")) == 2 * 2 * 3 * 3
     assert fp16["naive_bwd_dv"] == fp16["naive_bwd_dv seq 1000"] == {"jobs": 3 * 2,
                                                                      "differ": {}}
     assert heads12["naive_qk seq 1000"] == {"jobs": 3 * 2, "differ": {}}  # d, bf16

@@ -111,7 +111,7 @@ def run(plan: dict, out_path: Path, log_dir: Path, opts: RunOptions, log=print,
 
     ``bench_fn`` replaces ``do_bench`` in CPU rehearsals (tests).
     """
-    from validation.compile import precompile
+    from validation.compile import launch_key, precompile
     from validation.records import update_run
     from validation.runner import run_timing
 
@@ -161,12 +161,12 @@ def run(plan: dict, out_path: Path, log_dir: Path, opts: RunOptions, log=print,
         summary["phases_s"]["ncu"] = prof["seconds"]
 
     facts = summary.get("precompile", {}).get("kernel_facts", {})
-    compile_key_of = {c["id"]: c["compile_key"] for c in plan["configs"]}
+    launch_key_of = {c["id"]: launch_key(c) for c in plan["configs"]}
 
     def finish(rec: dict) -> dict:
         ncu.attach([rec], prof["matched"], prof["missing"], default_reason)
-        if rec["record_id"] in compile_key_of:  # what the GPU's own compiler made of it
-            rec["kernel_facts"] = facts.get(compile_key_of[rec["record_id"]])
+        if rec["record_id"] in launch_key_of:  # what the GPU's own compiler made of it
+            rec["kernel_facts"] = facts.get(launch_key_of[rec["record_id"]])
         rec["environment"] = dict(rec["environment"],
                                   sm_clock_mhz_after_timing=clocks_after["sm_clock_mhz"])
         return rec

@@ -253,15 +253,40 @@ def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | Non
     return schedule, key, time.perf_counter() - start, None, facts
 
 
+def launch_key(cfg: dict) -> str:
+    """A config's compile key (``validation.matrix.compile_key``, frozen in its plan) and
+    the integer arguments of its kernels that Triton specializes at launch, which that key
+    leaves out: those equal to 1 (constexprs) and the multiples of 16
+    (``kernels.resources.launch_ints``). Configs with equal launch keys run the same
+    compiled kernels. Decode's split count and chunk are such integers: at N = 1k with
+    32-key blocks and 32 splits its chunk is one block, a constexpr, and its split kernel
+    compiles to 80 registers where the same tiling's other splits (chunks of 2 and 8
+    blocks) take 72; the H200 records of 2026-11-30 carry the 72 for it, a sibling's
+    facts under the shared compile key. A config without kernel names keeps its key."""
+    from kernels import resources
+
+    names = [name for name in cfg.get("kernels") or () if name in resources.KERNELS]
+    if not names:
+        return cfg["compile_key"]
+    problem, tiling = AttentionProblem.from_dict(cfg["problem"]), Tiling.from_dict(cfg["tiling"])
+    specialized = sorted({f"{arg}={1 if value == 1 else 16}" for name in names
+                          for arg, value in resources.launch_ints(
+                              name, tiling, problem.seq_q, problem.seq_kv, problem.heads,
+                              problem.group_size).items()
+                          if value == 1 or value % 16 == 0})
+    return "|".join([cfg["compile_key"], ",".join(specialized)])
+
+
 def compile_tasks(configs: list[dict]) -> list[tuple[str, str, dict, dict]]:
-    """One task per compile key; the problem at batch 1 (batch only sizes the grid)."""
+    """One task per launch key (``launch_key``); the problem at batch 1 (batch only sizes
+    the grid)."""
     tasks, seen = [], set()
     for cfg in configs:
-        if cfg["compile_key"] in seen:
+        key = launch_key(cfg)
+        if key in seen:
             continue
-        seen.add(cfg["compile_key"])
-        tasks.append((cfg["schedule"], cfg["compile_key"], dict(cfg["problem"], batch=1),
-                      cfg["tiling"]))
+        seen.add(key)
+        tasks.append((cfg["schedule"], key, dict(cfg["problem"], batch=1), cfg["tiling"]))
     return tasks
 
 

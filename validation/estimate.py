@@ -70,9 +70,11 @@ def estimate(plan: dict, warmup_ms: float, rep_ms: float, workers: int,
              ncu: bool = True) -> dict:
     """Seconds per phase for running ``plan`` (see the module docstring for the model)."""
     configs, peers = plan["configs"], plan["peers"]
+    from validation.compile import launch_key
+
     keys = {}
     for cfg in configs:
-        keys.setdefault(cfg["compile_key"], cfg["kernels"])
+        keys.setdefault(launch_key(cfg), cfg["kernels"])
     compile_serial = sum(COMPILE_S.get(name, COMPILE_DEFAULT_S) + FACTS_S
                          for names in keys.values() for name in names)
     compile_s = COMPILE_WORKER_START_S + compile_serial / max(1, workers)

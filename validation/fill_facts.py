@@ -21,8 +21,8 @@ the version the device ran (``compilers``: Triton bundles its own ``ptxas``, so 
 version compiles the same SASS; ``pip install triton==<the records' version>`` in a
 separate environment gives it). Records whose kernels are all in tilesim's table of
 compiles (``kernels.table``), compiled by the Triton their device ran, take its rows
-instead: the device's facts with no compile (the H200 records' FA2 and naive kernels;
-decode's are compiled). The reconcile report says how many records were filled, from
+instead: the device's facts with no compile (every kernel of the H200 records, since
+decode joined the table on 2026-12-07). The reconcile report says how many records were filled, from
 where, with which Triton against the device's, and records that carry their own are
 never touched.
 """

@@ -511,12 +511,15 @@ def _aot_filter(group, seqs, legal, columns, chosen, aot, notes, log):
 
 
 def compile_check_configs(plans: list[dict]) -> list[dict]:
-    """One config per distinct compile key of ``plans``, the one with the longest K/V (as
-    ``_aot_filter`` checks: the largest N of a group)."""
+    """One config per distinct launch key of ``plans`` (``validation.compile.launch_key``:
+    the compile key and Triton's specialization of the integers), the one with the longest
+    K/V (as ``_aot_filter`` checks: the largest N of a group)."""
+    from validation.compile import launch_key
+
     chosen: dict[str, dict] = {}
     for plan in plans:
         for cfg in plan["configs"]:
-            key = cfg["compile_key"]
+            key = launch_key(cfg)
             if key not in chosen or cfg["problem"]["seq_kv"] > chosen[key]["problem"]["seq_kv"]:
                 chosen[key] = cfg
     return list(chosen.values())
