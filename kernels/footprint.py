@@ -94,13 +94,15 @@ def count_traffic() -> Iterator[list[dict]]:
                                                                kwargs_hst))
         return args_hst, kwargs_hst
 
-    def load(ptrs, mask, other, cache_policy, is_volatile):
+    # The cache arguments after these differ between Triton versions (3.6 and 3.8 pass a
+    # cache modifier and an eviction policy, 3.9 one cache policy): passed on as they come.
+    def load(ptrs, mask, *args, **kwargs):
         recorder.access(ptrs, mask, "global_read")
-        return original_load(ptrs, mask, other, cache_policy, is_volatile)
+        return original_load(ptrs, mask, *args, **kwargs)
 
-    def store(ptrs, value, mask, cache_policy):
+    def store(ptrs, value, mask, *args, **kwargs):
         recorder.access(ptrs, mask, "global_write")
-        return original_store(ptrs, value, mask, cache_policy)
+        return original_store(ptrs, value, mask, *args, **kwargs)
 
     patched = {"create_masked_load": load, "create_masked_store": store}
     shadowed = {name: builder.__dict__[name] for name in patched if name in builder.__dict__}
