@@ -20,6 +20,7 @@ from validation.compile import (  # noqa: E402
     capture_launches,
     compile_tasks,
     kernel_facts,
+    launch_key,
     setup_launches,
 )
 from validation.correctness import ReferenceCache, check, checked_groups  # noqa: E402
@@ -53,6 +54,29 @@ def test_compile_tasks_dedupe_by_key():
             for k in ("a", "b", "a")]
     tasks = compile_tasks(cfgs)
     assert [t[1] for t in tasks] == ["a", "b"] and all(t[2]["batch"] == 1 for t in tasks)
+
+
+def test_configs_that_triton_specializes_apart_are_compiled_apart():
+    """Decode at N = 1k with 32-key blocks: 32 splits leave a chunk of one block (a
+    constexpr), 16 splits chunks of two; one compile key, two compiles, each config's
+    facts its own. FA2 at N = 2k and 4k (multiples of 16 both) share one."""
+    from validation import matrix
+
+    def config(schedule, problem, tiling):
+        return {"schedule": schedule, "problem": problem.to_dict(), "tiling": tiling.to_dict(),
+                "kernels": kernel_names(schedule, problem, tiling),
+                "compile_key": matrix.compile_key(schedule, problem, tiling)}
+
+    decode = AttentionProblem(batch=16, heads=32, kv_heads=8, seq_q=1, seq_kv=1024,
+                              head_dim=128)
+    one, two = (config("decode", decode, Tiling(16, 32, 2, 4, split)) for split in (32, 16))
+    assert one["compile_key"] == two["compile_key"]
+    assert launch_key(one) == f"{one['compile_key']}|chunk=1,n_heads=16,n_kv=16,n_q=1,n_split=16"
+    assert launch_key(two) == f"{two['compile_key']}|n_heads=16,n_kv=16,n_q=1,n_split=16"
+    assert [t[1] for t in compile_tasks([one, two, one])] == [launch_key(one), launch_key(two)]
+    fa2 = [config("fa2", AttentionProblem(batch=1, heads=16, seq_q=n, head_dim=64),
+                  Tiling(64, 64, 2, 4)) for n in (2048, 4096)]
+    assert len({launch_key(c) for c in fa2}) == len(compile_tasks(fa2)) == 1
 
 
 def test_kernel_facts_read_the_compiled_kernel():

@@ -69,9 +69,9 @@ def _bench_s(kernel_s: float, warmup_ms: float, rep_ms: float) -> float:
 def estimate(plan: dict, warmup_ms: float, rep_ms: float, workers: int,
              ncu: bool = True) -> dict:
     """Seconds per phase for running ``plan`` (see the module docstring for the model)."""
-    configs, peers = plan["configs"], plan["peers"]
     from validation.compile import launch_key
 
+    configs, peers = plan["configs"], plan["peers"]
     keys = {}
     for cfg in configs:
         keys.setdefault(launch_key(cfg), cfg["kernels"])
