@@ -652,14 +652,15 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
             cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))
     report: dict[str, dict] = {}
     for case, v, dtype, shape in cases:
+        launches = variant_launches(v)
+        own = launches[0][0]  # every launch of a variant has the same keywords
         # the same draw for every variant (a decode variant's tilings carry its splits)
-        tilings = random.Random(seed).sample([t for _, t in variant_launches(v)], samples)
+        tilings = random.Random(seed).sample([t for _, t in launches], samples)
         compiled = resources.measure([v["kernel"]], archs=(arch,), dtype=dtype,
                                      head_dim=v["head_dim"], tilings=tilings,
                                      workers=workers, **shape)
         entry = report.setdefault(case, {}).setdefault(_launch_label(v),
                                                        {"jobs": 0, "differ": {}})
-        own = variant_launches(v)[0][0]
         for tiling, result in zip(tilings, compiled, strict=True):
             row = lookup(resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"],
                                            tiling, **own))

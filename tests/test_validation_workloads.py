@@ -71,8 +71,13 @@ def test_configs_that_triton_specializes_apart_are_compiled_apart():
                               head_dim=128)
     one, two = (config("decode", decode, Tiling(16, 32, 2, 4, split)) for split in (32, 16))
     assert one["compile_key"] == two["compile_key"]
-    assert launch_key(one) == f"{one['compile_key']}|chunk=1,n_heads=16,n_kv=16,n_q=1,n_split=16"
-    assert launch_key(two) == f"{two['compile_key']}|n_heads=16,n_kv=16,n_q=1,n_split=16"
+    split_one, reduce_one = launch_key(one).split("|")[1:]  # the two kernels' job keys
+    split_two, reduce_two = launch_key(two).split("|")[1:]
+    assert split_one.startswith("decode_split/90/bf16/") and '"chunk": 1' in split_one
+    assert '"chunk"' not in split_two  # a chunk of 2: no constexpr
+    assert all('"n_q": 1' in key for key in (split_one, split_two, reduce_one, reduce_two))
+    assert split_one.endswith("/n_kv,n_split") and split_two.endswith("/n_kv,n_split")
+    assert reduce_one == reduce_two and reduce_one.endswith("/n_heads,n_split")
     assert [t[1] for t in compile_tasks([one, two, one])] == [launch_key(one), launch_key(two)]
     fa2 = [config("fa2", AttentionProblem(batch=1, heads=16, seq_q=n, head_dim=64),
                   Tiling(64, 64, 2, 4)) for n in (2048, 4096)]

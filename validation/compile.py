@@ -255,9 +255,9 @@ def _warm(task: tuple[str, str, dict, dict]) -> tuple[str, str, float, str | Non
 
 def launch_key(cfg: dict) -> str:
     """A config's compile key (``validation.matrix.compile_key``, frozen in its plan) and
-    the integer arguments of its kernels that Triton specializes at launch, which that key
-    leaves out: those equal to 1 (constexprs) and the multiples of 16
-    (``kernels.resources.launch_ints``). Configs with equal launch keys run the same
+    its kernels' job keys (``kernels.resources.job_key``: what a compile depends on,
+    among it the integer arguments Triton specializes at launch on being 1 or a multiple
+    of 16, which the compile key leaves out). Configs with equal launch keys run the same
     compiled kernels. Decode's split count and chunk are such integers: at N = 1k with
     32-key blocks and 32 splits its chunk is one block, a constexpr, and its split kernel
     compiles to 80 registers where the same tiling's other splits (chunks of 2 and 8
@@ -269,12 +269,10 @@ def launch_key(cfg: dict) -> str:
     if not names:
         return cfg["compile_key"]
     problem, tiling = AttentionProblem.from_dict(cfg["problem"]), Tiling.from_dict(cfg["tiling"])
-    specialized = sorted({f"{arg}={1 if value == 1 else 16}" for name in names
-                          for arg, value in resources.launch_ints(
-                              name, tiling, problem.seq_q, problem.seq_kv, problem.heads,
-                              problem.group_size).items()
-                          if value == 1 or value % 16 == 0})
-    return "|".join([cfg["compile_key"], ",".join(specialized)])
+    shape = resources.problem_shape(problem)
+    return "|".join([cfg["compile_key"],
+                     *(resources.job_key(name, SM90[1], problem.dtype, problem.head_dim, tiling,
+                                         **shape) for name in names)])
 
 
 def compile_tasks(configs: list[dict]) -> list[tuple[str, str, dict, dict]]:

@@ -118,7 +118,18 @@ def split_notes(pred: dict, problem, tiling, hw) -> list[str]:
     """For decode whose split kernel leaves at least half the GPU's SMs without a CTA
     (one CTA a batch, K/V head and split): the split count, a power of two, that gives
     every SM one, within what the K/V blocks allow; no line otherwise."""
+    from dataclasses import replace
+
+    from traces.problem import ProblemError
+    from traces.schedules import decode
     from traces.schedules.base import cdiv
+
+    def refused(splits: int) -> bool:
+        try:
+            decode.check(problem, replace(tiling, split_kv=splits))
+        except ProblemError:  # chunks left empty
+            return True
+        return False
 
     split = next((k for k in pred["kernels"] if k["name"] == "decode_split"), None)
     if split is None or 2 * split["grid"] > hw.sm_count:
@@ -128,8 +139,8 @@ def split_notes(pred: dict, problem, tiling, hw) -> list[str]:
     more = 1
     while heads * more < hw.sm_count and more * 2 <= blocks:
         more *= 2
-    while more > tiling.split_kv and cdiv(blocks, cdiv(blocks, more)) != more:
-        more //= 2  # a split count that leaves chunks empty: the schedule refuses it
+    while more > tiling.split_kv and refused(more):
+        more //= 2
     line = (f"note: decode_split runs {split['grid']} CTAs on {hw.sm_count} SMs "
             f"(batch x K/V heads x --split-kv {tiling.split_kv})")
     if more <= tiling.split_kv:
