@@ -1,6 +1,7 @@
-"""``tilesim reconcile --fill-loop-facts``: records made before the device run read the main
-loop's SASS take their kernels' loop facts from a compile here, only where the compile
-here gives a kernel the device's registers (``validation.fill_facts``)."""
+"""Records made before the device run read the main loop's SASS take their kernels' loop
+facts from tilesim's table of compiles (``tilesim reconcile`` by default) or a compile here
+(``--fill-loop-facts``), only where the compile gives a kernel the device's registers
+(``validation.fill_facts``)."""
 
 from __future__ import annotations
 
@@ -153,8 +154,51 @@ def test_the_reconcile_report_says_how_many_records_were_filled(tmp_path, monkey
     monkeypatch.setattr(cli, "COMMANDS", ["reconcile"])
     assert cli.main(["reconcile", str(path), "--json", "--fill-loop-facts"]) == 0
     assert json.loads(capsys.readouterr().out)["loop_facts_filled"] == 1
-    assert cli.main(["reconcile", str(path), "--summary-only"]) == 0
+    assert cli.main(["reconcile", str(path), "--summary-only", "--as-recorded"]) == 0
     assert "loop facts:" not in capsys.readouterr().out  # not asked: not said
+
+
+def test_reconcile_takes_the_tables_facts_by_default(tmp_path, monkeypatch, capsys):
+    """With no flag, an H200 record without loop facts takes them from tilesim's table of
+    compiles, with no Triton here, and is predicted as with ``--fill-loop-facts`` (the
+    table serves it either way) and as ``predict_record`` predicts it filled; with
+    ``--as-recorded`` it keeps its own facts alone and is predicted otherwise (its spills
+    unseen); the two flags together are a usage error."""
+    _without_triton(monkeypatch)
+    rec = _record(SPILLING)
+    path = tmp_path / "one.jsonl"
+    write_records(path, [rec])
+    monkeypatch.setattr(cli, "COMMANDS", ["reconcile"])
+    times = {}
+    for flags in ((), ("--fill-loop-facts",), ("--as-recorded",)):
+        assert cli.main(["reconcile", str(path), "--json", *flags]) == 0
+        report = json.loads(capsys.readouterr().out)
+        times[flags] = report["rows"][0]["predicted"]["time"]
+        assert report["loop_facts_filled"] == (None if flags == ("--as-recorded",) else 1)
+    filled, _ = fill_loop_facts([rec], compile_here=False)
+    hw = load_hardware("h200-sxm")
+    assert times[()] == times[("--fill-loop-facts",)] == pytest.approx(
+        predict_record(predict, filled[0], hw)["time_s"], rel=1e-12)
+    assert times[("--as-recorded",)] == pytest.approx(
+        predict_record(predict, rec, hw)["time_s"], rel=1e-12)
+    assert times[("--as-recorded",)] < 0.97 * times[()]  # the spills cost it time
+    assert cli.main(["reconcile", str(path), "--summary-only"]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # rich wraps the line
+    assert "loop facts: 1 records took" in said and "from tilesim's table of compiles" in said
+    with pytest.raises(SystemExit) as info:
+        cli.main(["reconcile", str(path), "--fill-loop-facts", "--as-recorded"])
+    assert info.value.code == 2
+
+
+def test_without_compile_here_a_record_the_table_lacks_stays_as_it_is(monkeypatch):
+    """The default fill compiles nothing: a record the table does not serve (speculative
+    decoding, several queries a head) is left as it was, with no Triton here and no
+    error."""
+    _without_triton(monkeypatch)
+    decode = next(r for r in read_records(RECORDS)[0] if r.get("schedule") == "decode")
+    decode = dict(decode, problem=dict(decode["problem"], seq_q=4))
+    out, filled = fill_loop_facts([decode, _record(SPILLING)], compile_here=False)
+    assert filled == 1 and out[0] is decode and out[1]["kernel_facts"][0]["loop_instructions"]
 
 
 def test_without_triton_it_says_so_in_one_line(monkeypatch):
@@ -228,3 +272,24 @@ def test_the_report_and_the_fitted_preset_say_which_records_came_from_where():
     (header,) = _loop_facts_line(filled)
     assert ("from tilesim's table of compiles (Triton 3.6.0, the device's) for 2, a compile "
             "with Triton 3.9.0 (the device ran 3.6.0) for 1;") in header
+    assert header.endswith("reconcile with --fill-loop-facts to predict as the fit did.")
+    (header,) = _loop_facts_line(dict(filled, table=3))  # all from the table: the default
+    assert "from tilesim's table of compiles (Triton 3.6.0, the device's);" in header
+    assert header.endswith("tilesim reconcile takes the same by default.")
+
+
+def test_the_html_reports_records_take_the_tables_facts_as_reconcile_does(tmp_path,
+                                                                          monkeypatch):
+    """``tilesim report --records`` predicts a record as ``tilesim reconcile`` does by
+    default: from the table's loop facts, and its page says so."""
+    from simulator.cli.report_cmd import load_records
+
+    _without_triton(monkeypatch)
+    path = tmp_path / "one.jsonl"
+    write_records(path, [_record(SPILLING)])
+    section = load_records([str(path)], "h200-sxm")
+    assert "1 records took their kernels' loop facts from tilesim's table" in section["source"]
+    filled, _ = fill_loop_facts([_record(SPILLING)], compile_here=False)
+    (row,) = section["rows"]
+    assert row["predicted_time_s"] == pytest.approx(
+        predict_record(predict, filled[0], load_hardware("h200-sxm"))["time_s"], rel=1e-12)

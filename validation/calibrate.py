@@ -399,8 +399,9 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
 
 
 def _loop_facts_line(filled: dict | None) -> list[str]:
-    """The header's line on loop facts filled from a compile here (``tilesim calibrate
-    --fill-loop-facts``), or none."""
+    """The header's line on loop facts filled from tilesim's table of compiles (``tilesim
+    calibrate`` by default) or a compile here (``--fill-loop-facts``), or none, with the
+    reconcile that predicts as the fit did."""
     if filled is None:
         return []
     from validation.fill_facts import sources_phrase
@@ -409,8 +410,10 @@ def _loop_facts_line(filled: dict | None) -> list[str]:
     source = sources_phrase(
         filled, f"tilesim's table of compiles (Triton {filled.get('table_triton')}, the "
                 "device's)", f"a compile with Triton {filled['here']} (the device ran {device})")
+    same = ("tilesim reconcile takes the same by default" if filled["table"] == filled["records"]
+            else "reconcile with --fill-loop-facts to predict as the fit did")
     return [f"# Loop facts: {filled['records']} records took their kernels' main-loop facts "
-            f"from {source}; reconcile with --fill-loop-facts to predict as the fit did."]
+            f"from {source}; {same}."]
 
 
 def _filters(report: dict) -> str:

@@ -1,4 +1,5 @@
-"""Main-loop facts a record lacks, from a compile here: ``tilesim reconcile --fill-loop-facts``.
+"""Main-loop facts a record lacks, from tilesim's table of compiles (what ``tilesim
+reconcile`` and ``calibrate`` do by default) or a compile here (``--fill-loop-facts``).
 
 A record's ``kernel_facts`` are what the device's own Triton made of each kernel. Records
 made before the device run read the main loop's SASS (``kernels.resources.main_loop``:
@@ -22,9 +23,13 @@ version compiles the same SASS; ``pip install triton==<the records' version>`` i
 separate environment gives it). Records whose kernels are all in tilesim's table of
 compiles (``kernels.table``), compiled by the Triton their device ran, take its rows
 instead: the device's facts with no compile (every kernel of the H200 records, since
-decode joined the table on 2026-12-07). The reconcile report says how many records were filled, from
-where, with which Triton against the device's, and records that carry their own are
-never touched.
+decode joined the table on 2026-12-07). The table's rows are what the prediction commands
+(``simulate``, ``sweep``, ``compare``) use for the same launch, so ``reconcile`` and
+``calibrate`` take them by default: a record is predicted with the compile facts
+``simulate`` takes for its config; ``--fill-loop-facts`` compiles here what the table
+lacks, ``--as-recorded`` takes the records' facts alone. The reconcile report says how many
+records were filled, from where, with which Triton against the device's, and records that
+carry their own are never touched.
 """
 
 from __future__ import annotations
@@ -76,19 +81,22 @@ def compilers(records: list[dict]) -> dict:
     return {"here": here, "device": device, "same": here is not None and device == [here]}
 
 
-def fill_saying_how(records: list[dict], progress=None) -> tuple[list[dict], dict]:
+def fill_saying_how(records: list[dict], progress=None,
+                    compile_here: bool = True) -> tuple[list[dict], dict]:
     """``fill_loop_facts``, with what the commands say of it: ``(records, filled)`` where
     ``filled`` is ``compilers`` of the records compiled here (as read), plus ``"records"``,
     how many gained facts, ``"table"``, how many of those from tilesim's table of compiles,
-    and ``"table_triton"``, the Triton it was compiled with."""
+    ``"table_triton"``, the Triton it was compiled with, and ``"compiled_here"``, whether
+    records the table does not serve were compiled here (``compile_here``)."""
     from kernels import table
 
     served: set[int] = set()
-    out, count = fill_loop_facts(records, progress=progress, served=served)
+    out, count = fill_loop_facts(records, progress=progress, served=served,
+                                 compile_here=compile_here)
     from_table = sum(1 for i in served if out[i] is not records[i])
     said = compilers([rec for i, rec in enumerate(records) if i not in served])
     archs = {_arch(rec) for i, rec in enumerate(records) if i in served}
-    return out, dict(said, records=count, table=from_table,
+    return out, dict(said, records=count, table=from_table, compiled_here=compile_here,
                      table_triton=table.header(archs.pop() if len(archs) == 1
                                                else table.ARCH).get("triton"))
 
@@ -105,14 +113,16 @@ def sources_phrase(filled: dict, table: str, compiled: str) -> str:
     return f"{table} for {from_table}, {compiled} for {records - from_table}"
 
 
-def fill_loop_facts(records: list[dict], progress=None,
-                    served: set[int] | None = None) -> tuple[list[dict], int]:
+def fill_loop_facts(records: list[dict], progress=None, served: set[int] | None = None,
+                    compile_here: bool = True) -> tuple[list[dict], int]:
     """``(records, filled)``: the records with loop facts added to the kernel facts of the
     Triton records that have none (copies; the others as they were), and how many records
     gained any. Each takes them from tilesim's table of compiles (``kernels.table``) where
     it has every kernel of the record and was compiled with the Triton the record's device
     ran, for its architecture: the device's own facts, with no compile; the others from a
-    compile here for their GPU's architecture. ``progress(done, total)`` hears of each
+    compile here for their GPU's architecture, or, without ``compile_here`` (what
+    ``tilesim reconcile`` and ``calibrate`` do by default), as they are. ``progress(done,
+    total)`` hears of each
     problem compiled; ``served``, where given, gains the index of each record the table
     served (whether or not its facts took). ``ProblemError`` (one line) when some record
     needs a compile and nothing can be compiled here (no torch or triton)."""
@@ -126,7 +136,7 @@ def fill_loop_facts(records: list[dict], progress=None,
                 served.add(i)
             if (gained := _with_facts(rec, rows)) is not None:
                 out[i], filled = gained, filled + 1
-        elif _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
+        elif compile_here and _lacks_loop_facts(rec) and (arch := _arch(rec)) is not None:
             problem = dict(rec["problem"], batch=1)  # the batch only sizes the grid
             groups[(arch, tuple(sorted(problem.items())))].append(i)
     if groups:

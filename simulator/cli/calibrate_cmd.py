@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from simulator.cli.common import add_loop_facts_args
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("calibrate", help="fit the model's efficiencies and overheads to records")
@@ -25,12 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--train-max-seq", type=int, default=None,
                    help="fit only on training shapes up to this sequence length (simulation "
                         "time grows with it); held-out shapes keep every length")
-    p.add_argument("--fill-loop-facts", action="store_true",
-                   help="as tilesim reconcile's: records without the main-loop facts of "
-                        "their kernels take them from tilesim's table of compiles or a "
-                        "compile here (the preset's header "
-                        "says so, and with which Triton); reconcile the fitted preset with "
-                        "the same option")
+    add_loop_facts_args(p)
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run)
 
@@ -40,8 +37,8 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         cores,
+        fill_loop_facts_as_asked,
         print_json,
-        progress_lines,
         read_records_or_fail,
         write_atomically,
     )
@@ -64,12 +61,7 @@ def run(args) -> int:
     if not (base_path.suffix == ".toml" or base_path.exists()):
         base_path = PRESET_DIR / f"{args.hardware}.toml"
     records, _ = read_records_or_fail(args.records)
-    filled = None
-    if args.fill_loop_facts:
-        from validation.fill_facts import fill_saying_how
-
-        records, filled = fill_saying_how(records,
-                                          progress_lines("calibrate", "problems compiled"))
+    records, filled = fill_loop_facts_as_asked(records, args, "calibrate")
     report = fit(records, base, predict.predict, args.holdout, args.seed, args.max_evals,
                  jobs=args.jobs or cores(), max_train_records=args.max_train_records,
                  train_max_seq=args.train_max_seq,

@@ -467,6 +467,41 @@ def read_records_or_fail(paths: list[str]) -> tuple[list[dict], list]:
     return records, errors
 
 
+def add_loop_facts_args(parser: argparse.ArgumentParser) -> None:
+    """``--fill-loop-facts`` and ``--as-recorded``: where records that lack their kernels'
+    main-loop facts take them (``validation.fill_facts``); by default from tilesim's table
+    of compiles alone, as the prediction commands take them."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--fill-loop-facts", action="store_true",
+                       help="records without the main-loop facts of their kernels (a "
+                            "warp's instructions per iteration, or in all in a kernel "
+                            "without loops; spills per iteration and the waits for them; "
+                            "the H200 records of 2026-11-30) take them, as by default, "
+                            "from tilesim's table of compiles where it has all their "
+                            "kernels and the device ran its Triton, and the others from a "
+                            "compile here (needs torch and triton; cached); for each "
+                            "kernel the compile gives the device's registers")
+    group.add_argument("--as-recorded", action="store_true",
+                       help="predict each record with the kernel facts it carries alone, "
+                            "without those tilesim's table of compiles has for it (by "
+                            "default a record without loop facts takes the table's, as "
+                            "simulate takes them for its config)")
+
+
+def fill_loop_facts_as_asked(records: list[dict], args: argparse.Namespace,
+                             command: str) -> tuple[list[dict], dict | None]:
+    """The records with the loop facts ``add_loop_facts_args``' flags ask for, and
+    ``validation.fill_facts.fill_saying_how``'s account of them (None with
+    ``--as-recorded``, and by default where the table gave no record any)."""
+    if args.as_recorded:
+        return records, None
+    from validation.fill_facts import fill_saying_how
+
+    out, filled = fill_saying_how(records, progress_lines(command, "problems compiled"),
+                                  compile_here=args.fill_loop_facts)
+    return out, filled if args.fill_loop_facts or filled["records"] else None
+
+
 def output_console(width: int = 140):
     """A rich console on stdout. Off a terminal (piped, captured) rich would squeeze tables
     into 80 columns and cut their cells short; there it is at least ``width`` wide."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from simulator.cli.common import add_loop_facts_args
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("reconcile", help="compare measurement records with predictions")
@@ -31,15 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-seq", type=int, default=None, metavar="N",
                    help="only the records whose query and key lengths are at most N (naive "
                         "attention at N = 16k is most of a full run's time)")
-    p.add_argument("--fill-loop-facts", action="store_true",
-                   help="records without the main-loop facts of their kernels (a warp's "
-                        "instructions per iteration, or in all in a kernel without loops; "
-                        "spills per iteration and the waits for them; the H200 records of "
-                        "2026-11-30): "
-                        "take them from tilesim's table of compiles where it has all their "
-                        "kernels and the device ran its Triton, else from a compile here "
-                        "(needs torch and triton; cached), for each kernel the compile "
-                        "gives the device's registers")
+    add_loop_facts_args(p)
     p.set_defaults(func=run)
 
 
@@ -48,6 +42,7 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         cores,
+        fill_loop_facts_as_asked,
         progress_lines,
         read_records_or_fail,
         write_atomically,
@@ -67,12 +62,7 @@ def run(args) -> int:
         raise ProblemError("reconcile needs records files, or --from-saved REPORT")
     records, errors = read_records_or_fail(args.records)
     records, selection = select_records(records, pattern, args.max_seq)
-    filled = None
-    if args.fill_loop_facts:
-        from validation.fill_facts import fill_saying_how
-
-        records, filled = fill_saying_how(records,
-                                          progress_lines("reconcile", "problems compiled"))
+    records, filled = fill_loop_facts_as_asked(records, args, "reconcile")
     report = reconcile(records, hardware=args.hardware, jobs=args.jobs or cores(),
                        progress=progress_lines("reconcile", "records predicted"))
     if not report["rows"]:  # before --save: a report of nothing replaces no file
@@ -97,6 +87,7 @@ def _saved(args) -> dict:
                                       ("--hardware", args.hardware), ("--jobs", args.jobs),
                                       ("--match", args.match), ("--max-seq", args.max_seq),
                                       ("--fill-loop-facts", args.fill_loop_facts),
+                                      ("--as-recorded", args.as_recorded),
                                       ("--save", args.save)) if value]
     if given:
         raise ProblemError(f"--from-saved shows a saved report as it was: {', '.join(given)} "

@@ -34,12 +34,15 @@ def load_records(paths: list[str], hardware: str) -> dict:
     """Reconcile the records (``validation.reconcile``) with the report's model.
 
     Each record is predicted on the preset of the GPU it ran on; ``hardware`` (the report's
-    ``--hardware``) is used only where a record's GPU has no preset.
+    ``--hardware``) is used only where a record's GPU has no preset. A record without its
+    kernels' main-loop facts takes them from tilesim's table of compiles where it has them,
+    as ``tilesim reconcile`` does by default (``validation.fill_facts``).
     """
     from simulator.cli import UserError
     from simulator.explain import model, records
 
     try:
+        from validation.fill_facts import fill_loop_facts
         from validation.reconcile import reconcile
         from validation.records import read_many
     except ImportError:
@@ -49,6 +52,7 @@ def load_records(paths: list[str], hardware: str) -> dict:
     if not any(r.get("timing") for r in recs):
         skipped = f" ({len(errors)} lines skipped, the first: {errors[0]})" if errors else ""
         raise UserError("no timed records in " + ", ".join(paths) + skipped)
+    recs, filled = fill_loop_facts(recs, compile_here=False)
     name = model.source()["source"]
     result = reconcile(recs, predictor=model.predict_profiled, model=name,
                        fallback_hardware=hardware)
@@ -57,6 +61,9 @@ def load_records(paths: list[str], hardware: str) -> dict:
 
         raise UserError(nothing_compared(result))
     section = records.from_reconcile(result)
+    if filled:
+        section["source"] += (f"; {filled} records took their kernels' loop facts from "
+                              "tilesim's table of compiles")
     section["line_errors"] = [str(e) for e in errors]
     return section
 
