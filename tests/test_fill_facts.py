@@ -204,7 +204,7 @@ def test_without_compile_here_a_record_the_table_lacks_stays_as_it_is(monkeypatc
 def test_without_triton_it_says_so_in_one_line(monkeypatch):
     """Both options that compile here (``kernels.resources.require_compiler``) name
     themselves and the missing package in one line."""
-    from simulator.cli.common import compile_resources
+    from simulator.cli.resources_args import compile_resources
     from traces.problem import AttentionProblem
     from traces.tiling import Tiling
 

@@ -651,7 +651,7 @@ def test_a_lookup_imports_neither_torch_nor_triton():
     import sys
 
     code = ("import sys\n"
-            "from simulator.cli.common import table_resources\n"
+            "from simulator.cli.resources_args import table_resources\n"
             "from simulator.hardware import load_hardware\n"
             "from traces.problem import AttentionProblem\n"
             "from traces.tiling import Tiling\n"

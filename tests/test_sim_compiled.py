@@ -212,7 +212,7 @@ def test_compiled_registers_above_the_preset_cap_are_refused(monkeypatch):
     import pytest
 
     from kernels import resources
-    from simulator.cli.common import compile_resources
+    from simulator.cli.resources_args import compile_resources
     from simulator.hardware import with_overrides
     from traces.problem import ProblemError
 
@@ -264,7 +264,7 @@ def test_a_broken_triton_is_one_line(monkeypatch):
 
     pytest.importorskip("triton")
     from kernels import resources
-    from simulator.cli.common import compile_resources
+    from simulator.cli.resources_args import compile_resources
     from traces.problem import ProblemError
 
     def broken(*args, **kwargs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from simulator.cli.common import add_loop_facts_args
+from simulator.cli.records_args import add_loop_facts_args
 
 
 def add_parser(sub) -> None:
@@ -37,11 +37,10 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         cores,
-        fill_loop_facts_as_asked,
         print_json,
-        read_records_or_fail,
         write_atomically,
     )
+    from simulator.cli.records_args import fill_loop_facts_as_asked, read_records_or_fail
     from simulator.hardware import PRESET_DIR, load_hardware
     from traces.problem import ProblemError
     from validation import predict

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from simulator.cli.common import (
-    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
-    compiled_from_args,
     hardware_from_args,
     print_json,
     problem_from_args,
-    table_note,
     tiling_that_fits,
 )
+from simulator.cli.resources_args import add_compiled_arg, compiled_from_args, table_note
 
 
 def add_parser(sub) -> None:

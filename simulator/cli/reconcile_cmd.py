@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from simulator.cli.common import add_loop_facts_args
+from simulator.cli.records_args import add_loop_facts_args
 
 
 def add_parser(sub) -> None:
@@ -42,11 +42,10 @@ def run(args) -> int:
         check_counts,
         check_output_paths,
         cores,
-        fill_loop_facts_as_asked,
         progress_lines,
-        read_records_or_fail,
         write_atomically,
     )
+    from simulator.cli.records_args import fill_loop_facts_as_asked, read_records_or_fail
     from simulator.explain.common import check_plot_path
     from traces.problem import ProblemError
     from validation.reconcile import nothing_compared, reconcile

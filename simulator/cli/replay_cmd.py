@@ -4,7 +4,8 @@ schedule's kernels, a compile with ``--compiled-resources``, or the estimate).""
 
 from __future__ import annotations
 
-from simulator.cli.common import add_compiled_arg, add_hardware_arg, print_json
+from simulator.cli.common import add_hardware_arg, print_json
+from simulator.cli.resources_args import add_compiled_arg
 
 
 def add_parser(sub) -> None:
@@ -17,7 +18,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from simulator.cli.common import compiled_from_args, hardware_from_args
+    from simulator.cli.common import hardware_from_args
+    from simulator.cli.resources_args import compiled_from_args
     from simulator.replay import check_schedule, replay_prediction
     from traces.trace import TraceError, read_parquet
 

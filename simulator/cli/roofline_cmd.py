@@ -29,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
         hardware_from_args,
         print_json,
         problem_from_args,
-        table_compiled_pair,
         tiling_that_fits,
     )
+    from simulator.cli.resources_args import table_compiled_pair
     from simulator.explain import model, roofline
     from simulator.explain.common import check_plot_path
 

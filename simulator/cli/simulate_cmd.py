@@ -13,17 +13,16 @@ cannot fit on an SM is refused with one line and exit code 2.
 from __future__ import annotations
 
 from simulator.cli.common import (
-    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
     check_output_paths,
-    compiled_from_args,
     hardware_from_args,
     print_json,
     problem_from_args,
     tiling_that_fits,
 )
+from simulator.cli.resources_args import add_compiled_arg, compiled_from_args
 from simulator.sim import L2_STARTS
 from traces.schedules.mma_layout import MMA_TILE_M as MMA_ROWS
 from traces.schedules.mma_layout import parse_layout_label, replication

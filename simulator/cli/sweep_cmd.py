@@ -21,7 +21,6 @@ import math
 import sys
 
 from simulator.cli.common import (
-    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     check_counts,
@@ -29,9 +28,8 @@ from simulator.cli.common import (
     hardware_from_args,
     print_json,
     problem_from_args,
-    resources_from_args,
-    table_note,
 )
+from simulator.cli.resources_args import add_compiled_arg, resources_from_args, table_note
 from simulator.explain.common import check_plot_path
 from traces.problem import ProblemError
 

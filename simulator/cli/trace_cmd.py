@@ -13,7 +13,6 @@ schedule's kernels, ``--compiled-resources``, ``--estimated-resources``).
 from __future__ import annotations
 
 from simulator.cli.common import (
-    add_compiled_arg,
     add_hardware_arg,
     add_problem_args,
     add_tiling_args,
@@ -23,6 +22,7 @@ from simulator.cli.common import (
     tiling_that_fits,
     write_atomically,
 )
+from simulator.cli.resources_args import add_compiled_arg
 
 FORMATS = ("parquet", "chrome", "ramulator2", "dramsim3")
 
@@ -55,8 +55,8 @@ def run(args) -> int:
     if tiling_note:
         sys.stderr.write(tiling_note + "\n")
     if args.format == "chrome":
-        from simulator.cli.common import compiled_from_args
         from simulator.cli.render import fmt_time
+        from simulator.cli.resources_args import compiled_from_args
         from simulator.sim import predict
         from simulator.sim.timeline import write_chrome_trace
 

@@ -62,8 +62,8 @@ def build(problem: AttentionProblem, tiling: Tiling, hw: Hardware, records: dict
           sweep_blocks: tuple[int, ...] = model.SWEEP_BLOCKS) -> dict:
     """The JSON of every section of the report (see the module docstring). Kernels in
     tilesim's table of compiles take their resources from it, as the subcommands do
-    (``simulator.cli.common.table_compiled``)."""
-    from simulator.cli.common import table_compiled, table_compiled_pair
+    (``simulator.cli.resources_args.table_compiled``)."""
+    from simulator.cli.resources_args import table_compiled, table_compiled_pair
 
     def fa2_compiled(t):
         return table_compiled(problem, t, "fa2", hw)
