@@ -190,7 +190,7 @@ class Hardware:
         not on the tensor cores: ``smem_bandwidth_bytes_per_clk_per_sm`` at ``sm_clock_hz``
         over one SM's share of ``tensor_flops_per_s``. H100 SXM5, bf16: 128 B/clk x 1.83 GHz
         / (989 TFLOP/s / 132) = 0.031 B/FLOP. The simulator charges these reads for mma.sync
-        matmuls (``simulator.sim.compute``), not for wgmma (README: what the model leaves
+        matmuls (``simulator.sim.compute``), not for wgmma (docs/model.md: what the model leaves
         out); ``kernels resources`` and ``reconcile`` compare kernels against this.
         """
         smem_per_s = self.smem_bandwidth_bytes_per_clk_per_sm * self.sm_clock_hz

@@ -222,7 +222,7 @@ def _print_table(records, args: argparse.Namespace) -> None:
                          "FLOP, over the kernel's mix of matmuls / its most demanding one; "
                          f"above {limit:.3f} (128 B/clk for 4096 FLOP/clk per SM) the "
                          "reads, not the tensor cores, set the pace at peak (*); the simulator "
-                         "does not charge them (README)")
+                         "does not charge them (docs/model.md)")
     note = ("instr: instructions a warp issues per iteration of the main loop (+ outside "
             "its loops: before the first / after it), or in all in a kernel without loops "
             "(SASS)"

@@ -118,7 +118,7 @@ def timed(pred: dict) -> bool:
 SWEEP_BLOCKS = (32, 64, 128, 256)
 TIE = 0.01  # tilings predicted within this fraction of the best are ties
 OPERAND_CAVEAT = ("the model does not charge wgmma's operand reads from shared memory, which "
-                  "may slow small block_n down (README: what the model leaves out)")
+                  "may slow small block_n down (docs/model.md: what the model leaves out)")
 
 
 def ties_differ_in_block_n(entries: list[tuple[int, float, str]]) -> bool:
