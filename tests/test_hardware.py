@@ -148,25 +148,27 @@ def test_h200_tensor_clock_is_the_median_its_profiles_measured():
 
 def test_h200_warp_pace_is_the_fastest_loop_of_its_records():
     """warp_cycles_per_instruction of the H200 preset: the cycles per instruction of the
-    fastest loop in the H200 records (``validation.pace``; the whole list needs the device
-    compile's loop instructions, ``--fill-loop-facts`` with Triton 3.6): FA2's forward at
-    d = 128, N = 16k, 128 x 32, 3 stages, 4 warps, whose loop the device's Triton (3.6)
-    compiles to 446 instructions a warp, with 435 before it and 1,014 after (since
-    2026-12-05 the pace counts them too); 2 CTAs per SM at 255 registers."""
+    fastest loop in the H200 records (``validation.pace``), with the loop facts of the
+    device compile (Triton 3.6) that tilesim's table of compiles gives them: FA2's forward
+    at d = 128, N = 16k, 128 x 32, 3 stages, 4 warps, whose loop compiles to 446
+    instructions a warp, with 435 before it and 1,014 after (since 2026-12-05 the pace
+    counts them too); 2 CTAs per SM at 255 registers."""
     from validation import pace
+    from validation.fill_facts import fill_loop_facts
     from validation.records import read_records
 
     records, _ = read_records(REPO / "validation/records/h200-default-2026-11-30.jsonl")
-    (rec,) = [r for r in records
-              if r["record_id"] == "fa2-fwd-b1-h16-q16384-k16384-d128-bf16-m128-n32-s3-w4"]
-    (fact,) = rec["kernel_facts"]
-    assert fact["registers"] == 255 and fact.get("loop_instructions") is None
-    fact.update(loop_instructions=446, prologue_instructions=435, epilogue_instructions=1014)
+    records, _ = fill_loop_facts(records, compile_here=False)
     h200 = load_hardware("h200-sxm")
-    (found,) = pace.loop_paces([rec], h200)
-    assert found["resident"] == 2 * 132
-    assert h200.warp_cycles_per_instruction == pytest.approx(found["cycles_per_instruction"],
-                                                             abs=0.005)
+    fastest = pace.loop_paces(records, h200)[0]
+    assert fastest["record_id"] == "fa2-fwd-b1-h16-q16384-k16384-d128-bf16-m128-n32-s3-w4"
+    (rec,) = [r for r in records if r["record_id"] == fastest["record_id"]]
+    (fact,) = rec["kernel_facts"]
+    assert fact["registers"] == 255 and fastest["resident"] == 2 * 132
+    assert (fact["loop_instructions"], fact["prologue_instructions"],
+            fact["epilogue_instructions"]) == (446, 435, 1014)
+    assert h200.warp_cycles_per_instruction == pytest.approx(
+        fastest["cycles_per_instruction"], abs=0.005)
     assert load_hardware("h100-sxm5").warp_cycles_per_instruction == (
         h200.warp_cycles_per_instruction)  # the same SM and compiler
     assert load_hardware("a100-sxm4-80gb").warp_cycles_per_instruction is None  # unmeasured

@@ -8,7 +8,8 @@ the one it needs, and a warp issues far below one a clock. The preset's
 (``simulator.sim.program.issue_floor_s``), and this module measures it.
 
 Per kernel of a record whose main loop's instructions are known (``kernel_facts``'
-``loop_instructions``; ``--fill-loop-facts`` compiles them where the record lacks them),
+``loop_instructions``; where the record lacks them, tilesim's table of compiles gives
+them, and ``--fill-loop-facts`` compiles those it lacks),
 the cycles one CTA took per loop iteration: the kernel's Nsight Compute duration x the SM
 clock it ran at (``sm_clock_tensor_hz`` for a kernel with matmuls) x the CTAs resident at
 once (the SMs x the CTAs one SM holds, at the record's registers and shared memory; the
@@ -31,8 +32,7 @@ anything but memory and barriers (``validation.stalls``), and at N = 16k, causal
 for the row took 2.7 us less per CTA than 4 with 1,113 fewer instructions a warp: 4.8
 cycles each.
 
-    python -m validation.pace validation/records/h200-default-2026-11-30.jsonl \\
-        --fill-loop-facts
+    python -m validation.pace validation/records/h200-default-2026-11-30.jsonl
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simulator.cli.records_args import add_loop_facts_args, fill_loop_facts_as_asked
 from traces.problem import AttentionProblem, ProblemError
 from traces.tiling import Tiling
 
@@ -98,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  "warp_cycles_per_instruction is the first.")
     parser.add_argument("records", nargs="+")
     parser.add_argument("--hardware", default="h200-sxm")
-    parser.add_argument("--fill-loop-facts", action="store_true",
-                        help="compile the loop facts the records lack (needs triton)")
+    add_loop_facts_args(parser)  # by default, the loop facts of tilesim's table of compiles
     parser.add_argument("--top", type=int, default=10, help="loops listed (default 10)")
     args = parser.parse_args(argv)
     try:
@@ -108,17 +108,15 @@ def main(argv: list[str] | None = None) -> int:
 
         hw = load_hardware(args.hardware)
         records = [rec for path in args.records for rec in read_records(path)[0]]
-        if args.fill_loop_facts:
-            from validation.fill_facts import fill_loop_facts
-
-            records, _ = fill_loop_facts(records)
+        records, _ = fill_loop_facts_as_asked(records, args, "pace")
         paces = loop_paces(records, hw)
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not paces:
         print("error: no record has a kernel with a measured duration and its main loop's "
-              "instructions (try --fill-loop-facts)", file=sys.stderr)
+              "instructions (try --fill-loop-facts, which compiles what tilesim's table of "
+              "compiles lacks)", file=sys.stderr)
         return 2
     print(f"{'cycles/instr':>12} {'cycles/iter':>11} {'instr':>5} {'resident':>8}  kernel, record")
     for p in paces[:args.top]:
