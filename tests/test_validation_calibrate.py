@@ -272,6 +272,12 @@ def test_a_fit_on_filled_loop_facts_says_so_and_with_which_triton(tmp_path, monk
             "with Triton 9.9.9 (the device ran 3.6.0)") in header
     code, _, plain = run_calibrate_cli(tmp_path, monkeypatch, "plain.toml", "--max-evals", "2")
     assert code == 0 and "Loop facts" not in plain.read_text()
+    fitted_on.clear()
+    code, _, recorded = run_calibrate_cli(tmp_path, monkeypatch, "recorded.toml",
+                                          "--max-evals", "2", "--as-recorded")
+    assert code == 0 and fitted_on and not any(r.get("marked") for r in fitted_on)
+    assert ("# Loop facts: as the records carry them (--as-recorded); reconcile with "
+            "--as-recorded to predict as the fit did.") in recorded.read_text()
 
 
 def test_records_the_model_refuses_are_left_out_before_the_fit(tmp_path, monkeypatch,

@@ -386,7 +386,8 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
         f"of {len(report['train_shapes'])} training shapes; split by shape (seed "
         f"{report['seed']}, held-out fraction {report['holdout_fraction']}"
         f"{_filters(report)}).",
-        *_loop_facts_line(report.get("loop_facts_filled")),
+        *_loop_facts_line(report.get("loop_facts_filled"),
+                          report.get("loop_facts_as_recorded", False)),
         "# Train shapes:",
         *[f"#   {s}" for s in report["train_shapes"]],
         "# Held-out shapes (never fitted on):",
@@ -398,10 +399,14 @@ def calibrated_toml(base_text: str, report: dict, name: str, sources: list[str])
     return "\n".join(header + lines) + "\n"
 
 
-def _loop_facts_line(filled: dict | None) -> list[str]:
+def _loop_facts_line(filled: dict | None, as_recorded: bool = False) -> list[str]:
     """The header's line on loop facts filled from tilesim's table of compiles (``tilesim
-    calibrate`` by default) or a compile here (``--fill-loop-facts``), or none, with the
-    reconcile that predicts as the fit did."""
+    calibrate`` by default) or a compile here (``--fill-loop-facts``), or taken as the
+    records carry them (``--as-recorded``), with the reconcile that predicts as the fit
+    did; none where the table filled nothing."""
+    if as_recorded:
+        return ["# Loop facts: as the records carry them (--as-recorded); reconcile with "
+                "--as-recorded to predict as the fit did."]
     if filled is None:
         return []
     from validation.fill_facts import sources_phrase

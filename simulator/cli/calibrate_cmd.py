@@ -68,6 +68,7 @@ def run(args) -> int:
                  progress=lambda line: print(f"tilesim: calibrate: {line}", file=sys.stderr,
                                              flush=True))
     report["loop_facts_filled"] = filled
+    report["loop_facts_as_recorded"] = args.as_recorded
     text = calibrated_toml(base_path.read_text(), report, out.stem, record_sources(args.records))
     write_atomically(out, lambda tmp: tmp.write_text(text))
     load_hardware(out)  # the written preset must load

@@ -1,5 +1,6 @@
 """Reading validation records for a command, and the loop facts it gives the records
-that lack them (``reconcile``, ``calibrate``: ``validation.fill_facts``)."""
+that lack them (``reconcile``, ``calibrate``, ``python -m validation.pace``:
+``validation.fill_facts``)."""
 
 from __future__ import annotations
 
