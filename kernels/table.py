@@ -182,11 +182,18 @@ as on sm_90: every fitting job differs in some fact from its rows with GQA at 40
 0.13-2.21 times, other spills in 6-26 tilings); 14 to 46 tilings a launch keep 32
 registers and spill. The stand-ins hold for them (the same sample: fp16 and 12 heads
 equal their rows in every fact, 32 jobs each). FA2's backward at head_dim 256 stays
-estimated on sm_80.
+estimated on sm_80. And (twenty-fourth session) split-KV decode's two kernels, the same
+variants as on sm_90 (``_decode_variants``): every job differs from sm_90's row of the same
+launch in some fact (registers in 4,720 of the 7,320, 0.66-1.52 times); 1,008 of the
+7,200 split jobs ask more shared memory than the A100's 163 KB a CTA (720 more than the
+H200's 227 KB on sm_90), and 36 spill in the loop (d = 128, block_n 256, 4 warps,
+3 stages; 18 on sm_90), none keeps 32 registers. The stand-ins hold for
+them (the same sample, 4 tilings a class, d and mask: fp16 equals the bf16 rows and the
+reduce at 12 heads its 16-head rows in every fact, 672 and 96 jobs).
 
 Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
 stands: decode with several queries a head (speculative decoding) or a group of 16 or
-more, for one, and decode on sm_80.
+more, for one.
 
 The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
 about eight minutes on two cores for the variants before GQA's dQ and the lengths off
@@ -215,7 +222,8 @@ off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2
 backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28; FA2's forward at head_dim
 256, 500 jobs, 34; naive attention, 5,060 jobs, 41, and off the multiples, 5,060, 57,
 partly beside other work; FA2's dQ and dK/dV with GQA off the multiples, 2,000 jobs, 83:
-dK/dV 55, dQ 28, partly beside other work.)
+dK/dV 55, dQ 28, partly beside other work; decode, 7,320 jobs, 79, partly beside other
+work.)
 """
 
 from __future__ import annotations
@@ -401,7 +409,8 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
 # attention, forward and backward, at lengths on and off the multiples of 16, as on
 # sm_90, so that `tilesim compare` on an A100 predicts both schedules from compiles; and
 # (twenty-first session) FA2's dQ and dK/dV with GQA at lengths off the multiples of 16
-# (fine-tuning a GQA model on samples as they come), as on sm_90.
+# (fine-tuning a GQA model on samples as they come), as on sm_90; and (twenty-fourth
+# session) split-KV decode, as on sm_90.
 SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _variants(FA2_BACKWARD, BF16)
                  + _variants(("fa2_fwd", "fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP)
@@ -419,7 +428,8 @@ SM80_VARIANTS = (_variants(("fa2_fwd",), BF16)
                  + _naive_softmax(lambda row: row - 1)
                  + _variants(NAIVE_BACKWARD, BF16, causal=(False,), seq=OFF_16_SEQ)
                  + _variants(("fa2_bwd_dkdv", "fa2_bwd_dq"), BF16, group=GQA_GROUP,
-                             seq=OFF_16_SEQ))
+                             seq=OFF_16_SEQ)
+                 + _decode_variants())
 VARIANTS_OF = {90: VARIANTS, 80: SM80_VARIANTS}
 
 

@@ -235,8 +235,8 @@ def test_decode_is_compiled_at_every_class_of_its_integers():
         15, {bn: 1 for bn in table.BLOCKS})
 
 
-def _decode_sweep(capsys, *flags):
-    code, out, err = _cli(["sweep", "--hardware", "h200-sxm", "--schedule", "decode",
+def _decode_sweep(capsys, *flags, hardware="h200-sxm"):
+    code, out, err = _cli(["sweep", "--hardware", hardware, "--schedule", "decode",
                            "--batch", "4", "--heads", "32", "--seq", "1", "--head-dim", "128",
                            "--block-n", "32,128", "--stages", "2", "--warps", "4",
                            "--jobs", "1", "--json", *flags], capsys)
@@ -261,6 +261,26 @@ def test_a_decode_sweep_rates_every_tiling_from_the_table(capsys, kv_heads, seq_
         rows = table.problem_rows(problem, Tiling.from_dict(r["tiling"]), table.DECODE_KERNELS)
         assert [k["registers_per_thread"] for k in r["kernels"]] == [
             rows[name]["registers"] for name in table.DECODE_KERNELS]
+
+
+def test_a100_decode_takes_the_sm80_rows(capsys):
+    """Decode on an A100 (mma.sync, never wgmma) takes the sm_80 table's rows at every
+    split count a sweep tries, which are not sm_90's."""
+    problem = AttentionProblem(batch=4, heads=32, kv_heads=8, seq_q=1, seq_kv=3001,
+                               head_dim=128, causal=True)
+    results = _decode_sweep(capsys, "--kv-heads", "8", "--kv-seq", "3001", "--causal",
+                            hardware="a100-sxm4-80gb")
+    assert len({r["tiling"]["split_kv"] for r in results}) >= 5
+    differ = 0
+    for r in results:
+        tiling = Tiling.from_dict(r["tiling"])
+        own, sm90 = (table.problem_rows(problem, tiling, table.DECODE_KERNELS, arch)
+                     for arch in (80, 90))
+        assert [k["resources"] for k in r["kernels"]] == ["table", "table"], r["tiling"]
+        assert [k["registers_per_thread"] for k in r["kernels"]] == [
+            own[name]["registers"] for name in table.DECODE_KERNELS]
+        differ += any(dict(own[name], arch=90) != sm90[name] for name in own)
+    assert differ == len(results)
 
 
 def test_decode_with_several_queries_is_estimated(capsys):

@@ -18,9 +18,8 @@ def add_compiled_arg(parser: argparse.ArgumentParser) -> None:
              "(sm_90 or sm_80; needs the kernels extra: torch and triton; seconds per kernel) "
              "and take their registers, shared memory, spills and instruction counts, not "
              "the estimate. Without it, those of tilesim's table of compiles (kernels/"
-             "table.py: FA2's, FA1's and naive attention's kernels on sm_90 and sm_80, "
-             "decode's on sm_90) "
-             "where it has the schedule's kernels")
+             "table.py: FA2's, FA1's, naive attention's and decode's kernels on sm_90 "
+             "and sm_80) where it has the schedule's kernels")
     source.add_argument(
         "--estimated-resources", action="store_true",
         help="estimate registers and shared memory from the tiles, even where tilesim's "
