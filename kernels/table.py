@@ -651,19 +651,20 @@ def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
     with (a stale table, or a variant not built yet)."""
     import random
 
-    cases = []  # (stand-in, variant whose row stands in, dtype and shape compiled)
+    # (stand-in, variant whose row stands in, its launches, dtype and shape compiled)
+    cases = []
     variants = VARIANTS_OF[arch]
     for v in variants:
-        shape = variant_launches(v)[0][0]
+        launches = variant_launches(v)
+        shape = launches[0][0]  # every launch of a variant has the same keywords
         for dtype, stand_in in STAND_IN.items():
             if v["dtype"] == stand_in and dict(v, dtype=dtype) not in variants:
-                cases.append((dtype, v, dtype, shape))
+                cases.append((dtype, v, launches, dtype, shape))
         if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
-            cases.append(("heads 12", v, "bf16", dict(shape, heads=12)))
+            cases.append(("heads 12", v, launches, "bf16", dict(shape, heads=12)))
     report: dict[str, dict] = {}
-    for case, v, dtype, shape in cases:
-        launches = variant_launches(v)
-        own = launches[0][0]  # every launch of a variant has the same keywords
+    for case, v, launches, dtype, shape in cases:
+        own = launches[0][0]
         # the same draw for every variant (a decode variant's tilings carry its splits)
         tilings = random.Random(seed).sample([t for _, t in launches], samples)
         compiled = resources.measure([v["kernel"]], archs=(arch,), dtype=dtype,
