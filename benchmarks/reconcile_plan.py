@@ -38,7 +38,7 @@ from validation.calibrate import (  # noqa: E402
     split_by_shape,
     subsample,
 )
-from validation.matrix import load_plan  # noqa: E402
+from validation.plan_file import load_plan  # noqa: E402
 from validation.predict import predict  # noqa: E402
 from validation.records import shape_key, write_records  # noqa: E402
 

@@ -330,7 +330,7 @@ def test_a_malformed_or_edited_plan_is_one_line_before_any_work(what, tmp_path, 
                                                                   capsys):
     """A plan is checked when it is loaded: a dry run on a plan the real run would fail
     on (on the GPU, where time is dearest) or run differently from its name is refused."""
-    from validation.matrix import load_plan
+    from validation.plan_file import load_plan
 
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(_edit(load_plan("quick"), what)))

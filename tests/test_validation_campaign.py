@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 from traces.problem import AttentionProblem  # noqa: E402
 from traces.tiling import Tiling  # noqa: E402
 from validation import campaign, matrix  # noqa: E402
+from validation.plan_file import PLAN_SCHEMA, plan_hash  # noqa: E402
 from validation.records import read_records  # noqa: E402
 from validation.runner import run_timing, timed_steadily  # noqa: E402
 
@@ -92,9 +93,9 @@ def tiny_plan() -> dict:
     peers.append({"id": matrix.config_id("", p0, None, "sdpa_math"), "implementation":
                   "sdpa_math", "problem": p0.to_dict(),
                   "shape": matrix.config_id("fa2", p0, None), "est_time_s": 1e-3})
-    plan = {"schema": matrix.PLAN_SCHEMA, "name": "tiny-synthetic", "selected_by": "counts",
+    plan = {"schema": PLAN_SCHEMA, "name": "tiny-synthetic", "selected_by": "counts",
             "configs": configs, "peers": peers, "notes": []}
-    plan["sha256"] = matrix.plan_hash(plan)
+    plan["sha256"] = plan_hash(plan)
     return plan
 
 

@@ -12,9 +12,14 @@ import pytest
 import simulator.cli as cli
 from simulator.hardware import load_hardware
 from traces.problem import AttentionProblem, ProblemError
+from traces.tiling import Tiling
 from validation import campaign, matrix
 from validation import estimate as est
+from validation.choose import NEAR_TIE, TILINGS_PER_SHAPE, choose, role_of
 from validation.estimate import estimate
+from validation.groups import PROBE, PROBE_DECODE, PROBE_FA2, groups_for, naive_fits
+from validation.plan_compiles import compile_check_configs
+from validation.plan_file import PLAN_DIR, load_plan, plan_hash
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "validation" / "run_device.sh"
@@ -66,7 +71,7 @@ def test_choose_keeps_the_best_its_runner_up_and_spreads_the_rest():
     # rows = lengths, columns = candidates
     table = [[1.0, 1.01, 1.05, 2.0, 3.0, 4.0, 8.0],
              [2.0, 2.02, 2.1, 4.0, 6.0, 8.0, 16.0]]
-    chosen, gap = matrix.choose(table, k=4)
+    chosen, gap = choose(table, k=4)
     # 1 is within 1% of the best (not "different"); 2 is the next best, 5% apart: a close
     # call, so 1 is not measured as a near tie either.
     assert chosen[:2] == [0, 2] and 1 not in chosen
@@ -75,7 +80,7 @@ def test_choose_keeps_the_best_its_runner_up_and_spreads_the_rest():
     assert chosen[2:] == [4, 6]
     assert gap == pytest.approx(0.05)
     with pytest.raises(ValueError):
-        matrix.choose([[1.0, 2.0]], k=4)
+        choose([[1.0, 2.0]], k=4)
 
 
 def test_choose_adds_a_near_tie_when_the_runner_up_is_far():
@@ -85,28 +90,28 @@ def test_choose_adds_a_near_tie_when_the_runner_up_is_far():
     # does not count in the chosen set's gap.
     table = [[1.0, 1.0, 1.03, 1.3, 2.0, 3.0, 4.0],
              [1.0, 1.01, 1.0, 1.3, 2.0, 3.0, 4.0]]
-    chosen, gap = matrix.choose(table, k=4)
+    chosen, gap = choose(table, k=4)
     # The spread: {2, 4} (indices 4, 6) keep every gap >= 30% and the widest with the best.
     assert chosen == [0, 3, 4, 6, 1]
-    assert [matrix.role_of(j) for j in range(5)] == [
-        "best", "runner-up", "spread", "spread", matrix.NEAR_TIE]
+    assert [role_of(j) for j in range(5)] == [
+        "best", "runner-up", "spread", "spread", NEAR_TIE]
     assert gap == pytest.approx(0.3)
     # Runner-up 9% slower: a close call; nothing is added.
     close = [[1.0, 1.0, 1.09, 2.0, 3.0, 4.0], [1.0, 1.01, 1.09, 2.0, 3.0, 4.0]]
-    assert len(matrix.choose(close, k=4)[0]) == 4
+    assert len(choose(close, k=4)[0]) == 4
 
 
 def test_choose_falls_back_to_the_second_best_when_nothing_is_apart():
     # At the first length every candidate is within 2% of the best.
     table = [[1.0, 1.005, 1.01, 1.015], [1.0, 1.5, 2.0, 3.0]]
-    chosen, gap = matrix.choose(table, k=4)
+    chosen, gap = choose(table, k=4)
     assert chosen == [0, 1, 2, 3] and gap == pytest.approx((1.015 - 1.01) / 1.01)
 
 
 def test_choose_ranks_by_geometric_mean_over_lengths():
     # Candidate 1 wins at the first length, candidate 0 over both (1 x 2 < 0.9 x 4).
     table = [[1.0, 0.9, 5.0, 20.0, 40.0], [2.0, 4.0, 10.0, 40.0, 80.0]]
-    chosen, _ = matrix.choose(table, k=4)
+    chosen, _ = choose(table, k=4)
     assert chosen[:2] == [0, 1]
 
 
@@ -132,23 +137,23 @@ def _group_label(cfg: dict) -> str:
 def test_quick_plan_is_sound():
     hw = load_hardware("h200-sxm")
     plan = matrix.build_plan("quick", hw, _roofline_predictor, "roofline stand-in")
-    assert plan["sha256"] == matrix.plan_hash(plan)
+    assert plan["sha256"] == plan_hash(plan)
     by_shape: dict[str, list] = {}
     for cfg in plan["configs"]:
         by_shape.setdefault(cfg["shape"], []).append(cfg)
         p = AttentionProblem.from_dict(cfg["problem"])
         assert p.dtype == "bf16"
         assert cfg["kernels"] == matrix.kernel_names(
-            cfg["schedule"], p, matrix.Tiling.from_dict(cfg["tiling"]))
+            cfg["schedule"], p, Tiling.from_dict(cfg["tiling"]))
     for cfgs in by_shape.values():
-        assert len(cfgs) >= matrix.TILINGS_PER_SHAPE
+        assert len(cfgs) >= TILINGS_PER_SHAPE
         assert len({json.dumps(c["tiling"], sort_keys=True) for c in cfgs}) == len(cfgs)
     schedules = {(c["schedule"], c["problem"]["pass"]) for c in plan["configs"]}
     assert schedules == {("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd"), ("decode", "fwd")}
     assert {p["implementation"] for p in plan["peers"]} == {"sdpa_math", "sdpa_flash"}
     # Every legal candidate's ratings are kept; the chosen ones are the configs' ratings.
     rated = {g["group"]: g for g in plan["candidate_ratings"]}
-    assert len(rated) == len(matrix.groups_for("quick"))
+    assert len(rated) == len(groups_for("quick"))
     for cfg in plan["configs"]:
         p = cfg["problem"]
         group = rated[_group_label(cfg)]
@@ -157,7 +162,7 @@ def test_quick_plan_is_sound():
         assert cfg["rating"] == group["ratings"][i][group["seqs"].index(p["seq_kv"])]
     for g in rated.values():
         assert all(len(r) == len(g["seqs"]) for r in g["ratings"])
-        assert len(g["tilings"]) >= matrix.TILINGS_PER_SHAPE
+        assert len(g["tilings"]) >= TILINGS_PER_SHAPE
     e = estimate(plan, 10, 40, 15)
     assert e["counts"]["configs"] == len(plan["configs"])
     assert e["counts"]["profiled_launches"] + e["counts"]["near_tie_launches"] == sum(
@@ -167,10 +172,10 @@ def test_quick_plan_is_sound():
 def test_near_ties_are_profiled_if_time_is_left():
     """A near tie's ncu cost is not in the total that must fit: the same plan without its
     near ties has the same phases but for timing and compile."""
-    plan = matrix.load_plan("default")
-    ties = [c for c in plan["configs"] if c["role"] == matrix.NEAR_TIE]
+    plan = load_plan("default")
+    ties = [c for c in plan["configs"] if c["role"] == NEAR_TIE]
     assert ties, "the frozen default plan has near ties (7 groups' runner-ups are far)"
-    without = dict(plan, configs=[c for c in plan["configs"] if c["role"] != matrix.NEAR_TIE])
+    without = dict(plan, configs=[c for c in plan["configs"] if c["role"] != NEAR_TIE])
     e, e0 = estimate(plan, 10, 40, 15), estimate(without, 10, 40, 15)
     keys = {c["compile_key"] for c in plan["configs"]}
     keys0 = {c["compile_key"] for c in without["configs"]}
@@ -202,7 +207,7 @@ def test_reselect_from_kept_ratings_needs_no_model():
                               for j in range(len(group["seqs"]))]
     again = matrix.reselect_plan(edited, hw)
     assert again["candidate_ratings"][0]["chosen"][0] == slow
-    assert again["sha256"] == matrix.plan_hash(again) != plan["sha256"]
+    assert again["sha256"] == plan_hash(again) != plan["sha256"]
     picked = [c for c in again["configs"] if c["tiling"] == group["tilings"][slow]
               and _group_label(c) == group["group"]]
     assert len(picked) == len(group["seqs"])
@@ -267,15 +272,15 @@ def test_rerate_rates_only_the_named_schedules_again():
 def test_reselect_the_frozen_quick_plan():
     """The simulator's ratings are its predicted times: a frozen plan without kept times
     can still be chosen again, and the result follows ``choose`` on its ratings."""
-    frozen = matrix.load_plan("quick")
+    frozen = load_plan("quick")
     if "candidate_ratings" not in frozen:
         pytest.skip("the frozen quick plan keeps no candidate ratings")
     plan = matrix.reselect_plan(frozen, load_hardware(frozen["hardware"]))
     for group in plan["candidate_ratings"]:
-        chosen, _ = matrix.choose([list(r) for r in zip(*group["ratings"], strict=True)])
+        chosen, _ = choose([list(r) for r in zip(*group["ratings"], strict=True)])
         assert group["chosen"] == chosen
         assert group["times"] == group["ratings"]
-    assert plan["sha256"] == matrix.plan_hash(plan)
+    assert plan["sha256"] == plan_hash(plan)
     assert sum(len(g["chosen"]) * len(g["seqs"]) for g in plan["candidate_ratings"]) == len(
         plan["configs"])
 
@@ -287,7 +292,7 @@ def test_matrix_tool_errors_are_one_line(capsys):
 
 
 def test_default_matrix_groups_and_naive_memory_rule():
-    groups = matrix.groups_for("default")
+    groups = groups_for("default")
     labels = {(g.schedule, g.pass_) for g in groups}
     assert labels == {("fa2", "fwd"), ("fa2", "bwd"), ("naive", "fwd"), ("decode", "fwd")}
     assert {g.head_dim for g in groups} == {64, 128}
@@ -295,29 +300,29 @@ def test_default_matrix_groups_and_naive_memory_rule():
     assert {g.causal for g in groups if g.schedule == "fa2"} == {False, True}
     naive_16k = groups[-3].problem(16384)
     hbm = load_hardware("h200-sxm").hbm_bytes
-    assert matrix.naive_fits(naive_16k, hbm)
-    assert not matrix.naive_fits(naive_16k, hbm // 10)
+    assert naive_fits(naive_16k, hbm)
+    assert not naive_fits(naive_16k, hbm // 10)
 
 
 def test_frozen_plans_if_present_are_valid():
     for name in ("default", "quick"):
-        path = matrix.PLAN_DIR / f"{name}.json"
+        path = PLAN_DIR / f"{name}.json"
         if not path.exists():
             continue
-        plan = matrix.load_plan(name)
-        assert plan["sha256"] == matrix.plan_hash(plan)
+        plan = load_plan(name)
+        assert plan["sha256"] == plan_hash(plan)
         assert all(len(c["kernels"]) >= 1 for c in plan["configs"])
         # Each config's role is its place in its group's chosen list.
         rated = {g["group"]: g for g in plan["candidate_ratings"]}
         for cfg in plan["configs"]:
             group = rated[_group_label(cfg)]
             place = group["chosen"].index(group["tilings"].index(cfg["tiling"]))
-            assert cfg["role"] == matrix.role_of(place)
+            assert cfg["role"] == role_of(place)
 
 
 def test_ncu_profiles_near_ties_last():
-    configs = [{"id": "a", "role": "best"}, {"id": "b", "role": matrix.NEAR_TIE},
-               {"id": "c", "role": "spread"}, {"id": "d", "role": matrix.NEAR_TIE},
+    configs = [{"id": "a", "role": "best"}, {"id": "b", "role": NEAR_TIE},
+               {"id": "c", "role": "spread"}, {"id": "d", "role": NEAR_TIE},
                {"id": "e"}]
     assert campaign.profiling_order(configs) == ["a", "c", "e", "b", "d"]
 
@@ -339,11 +344,11 @@ def test_plan_compile_check_names_what_does_not_fit(tmp_path):
     """``python -m validation.matrix compiles``: each compile key once (at its longest K/V),
     compiled for sm_90 with the Triton installed; a tiling whose shared memory exceeds the
     H200's 227 KiB per CTA is a failure line and exit code 1."""
-    quick = matrix.load_plan("quick")
+    quick = load_plan("quick")
     fwd = [c for c in quick["configs"]
            if c["compile_key"] == "fa2-fwd-d128-bf16-c0-g1-m32n64-s2-w4"]
     assert {c["problem"]["seq_kv"] for c in fwd} == {2048, 8192}
-    checked = matrix.compile_check_configs([{"configs": fwd}])
+    checked = compile_check_configs([{"configs": fwd}])
     assert len(checked) == 1 and checked[0]["problem"]["seq_kv"] == 8192
     # 256 x 256 tiles, 4 stages: Q 64 KiB + 4 x (K, V) 512 KiB of shared memory per CTA;
     # only with the JIT's alignment facts does Triton pipeline the loads (without them it
@@ -351,7 +356,7 @@ def test_plan_compile_check_names_what_does_not_fit(tmp_path):
     huge = dict(fwd[0], compile_key="fa2-fwd-huge", tiling=dict(
         fwd[0]["tiling"], block_m=256, block_n=256, num_stages=4, num_warps=8))
     plan = dict(quick, configs=[fwd[0], huge])
-    plan["sha256"] = matrix.plan_hash(plan)  # frozen as it is (a plan's hash is checked)
+    plan["sha256"] = plan_hash(plan)  # frozen as it is (a plan's hash is checked)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     proc = subprocess.run(["python", "-m", "validation.matrix", "compiles", str(path),
@@ -369,15 +374,15 @@ def test_the_mlp_probe_measures_every_tiling_it_names():
     at 2, 3 and 4 stages, larger tiles at 2) and FA2's forward and backward all of
     PROBE_FA2 (the same tiles at 2 and 3 stages), as role "probe", rated like the others."""
     hw = load_hardware("h200-sxm")
-    groups = matrix.groups_for("mlp")
+    groups = groups_for("mlp")
     assert [(g.schedule, g.pass_, g.head_dim, g.seqs) for g in groups] == [
         ("decode", "fwd", 64, (16384,)), ("decode", "fwd", 128, (16384,)),
         ("fa2", "fwd", 64, (4096,)), ("fa2", "bwd", 64, (4096,))]
     plan = matrix.build_plan("mlp", hw, _roofline_predictor, "roofline stand-in")
-    assert plan["sha256"] == matrix.plan_hash(plan)
-    fa2 = len(matrix.PROBE_FA2["fwd"]) + len(matrix.PROBE_FA2["bwd"])
-    assert len(plan["configs"]) == 2 * len(matrix.PROBE_DECODE) + fa2
-    assert {c["role"] for c in plan["configs"]} == {matrix.PROBE}
+    assert plan["sha256"] == plan_hash(plan)
+    fa2 = len(PROBE_FA2["fwd"]) + len(PROBE_FA2["bwd"])
+    assert len(plan["configs"]) == 2 * len(PROBE_DECODE) + fa2
+    assert {c["role"] for c in plan["configs"]} == {PROBE}
 
     def tilings(schedule, pass_, d, fields):
         return {tuple(c["tiling"][f] for f in fields) for c in plan["configs"]
@@ -386,12 +391,12 @@ def test_the_mlp_probe_measures_every_tiling_it_names():
 
     for d in (64, 128):
         assert tilings("decode", "fwd", d, ("block_n", "split_kv", "num_stages",
-                                            "num_warps")) == set(matrix.PROBE_DECODE)
+                                            "num_warps")) == set(PROBE_DECODE)
     for pass_ in ("fwd", "bwd"):
         assert tilings("fa2", pass_, 64, ("block_m", "block_n", "num_stages",
-                                          "num_warps")) == set(matrix.PROBE_FA2[pass_])
+                                          "num_warps")) == set(PROBE_FA2[pass_])
     dropped = matrix.build_plan(
         "mlp", hw, _roofline_predictor, "roofline stand-in",
         aot=lambda schedule, problem, tiling: {"ok": tiling.num_stages != 4})
-    assert len(dropped["configs"]) == 2 * (len(matrix.PROBE_DECODE) - 1) + fa2
+    assert len(dropped["configs"]) == 2 * (len(PROBE_DECODE) - 1) + fa2
     assert sum("does not compile" in note for note in dropped["notes"]) == 2

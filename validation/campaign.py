@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from validation import environment, ncu
+from validation.choose import NEAR_TIE
 from validation.estimate import FINISH_S, estimate
-from validation.matrix import NEAR_TIE
 
 REPO = Path(__file__).resolve().parents[1]
 NCU_TAIL_S = 20.0  # ncu prints its results after the profiled process exits

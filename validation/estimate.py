@@ -14,14 +14,14 @@ estimate and the run guards its own time as well. Costs, per phase:
 - ncu: per profiled kernel launch a fixed replay overhead (``NCU_LAUNCH_S``: a few passes
   for seven metrics, each with caches flushed and written memory saved and restored — a
   lead, to be replaced by the device's measured value) plus the kernel itself per pass.
-  The plan's near ties (``validation.matrix.NEAR_TIE``) are profiled last, in whatever time
+  The plan's near ties (``validation.choose.NEAR_TIE``) are profiled last, in whatever time
   is left: their ncu cost is reported apart (``optional``), not in the total that must fit
   the budget, so that they never take time from timing the others.
 """
 
 from __future__ import annotations
 
-from validation.matrix import NEAR_TIE
+from validation.choose import NEAR_TIE
 
 ENV_LOG_S = 15.0
 PROCESS_START_S = 8.0  # python + torch + triton import + CUDA context

@@ -48,7 +48,7 @@ from simulator.prediction import l2_bytes
 from traces.problem import ProblemError
 from validation import predict as predict_mod
 from validation import stats
-from validation.matrix import MIN_GAP
+from validation.choose import MIN_GAP
 from validation.records import (
     UNSTABLE_SPREAD_PCT,
     group_key,

@@ -44,14 +44,16 @@ def add_parser(sub) -> None:
 def resolve_plan(matrix: str, hardware: str, log) -> dict:
     """The frozen plan if there is one, else one chosen now with the available model."""
     from validation import matrix as mx
+    from validation.groups import groups_for
+    from validation.plan_file import PLAN_DIR, load_plan
 
     path = Path(matrix)
     if path.is_dir():
         raise ProblemError(f"--matrix {matrix} is a directory; give a plan .json or a "
                            "matrix name (default, quick, mlp)")
-    if path.suffix == ".json" or (mx.PLAN_DIR / f"{matrix}.json").is_file():
-        return mx.load_plan(matrix)
-    mx.groups_for(matrix)  # unknown names fail here
+    if path.suffix == ".json" or (PLAN_DIR / f"{matrix}.json").is_file():
+        return load_plan(matrix)
+    groups_for(matrix)  # unknown names fail here
     from simulator.hardware import load_hardware
     from validation import predict
 
