@@ -132,13 +132,13 @@ def test_a_merged_job_is_one_phase_only_where_its_sm_can_hide_it():
     import numpy as np
 
     from simulator.sim.fluid import (
-        BODY,
         FOLD_BLEND,
         FOLD_MAX_ALONE,
         FOLD_MIN_HBM_DEMAND,
         _fold_merged,
         fold_weight,
     )
+    from simulator.sim.fluid_kernel import BODY
 
     hw = load_hardware("h200-sxm")
     hbm = hw.hbm_effective_bytes_per_s

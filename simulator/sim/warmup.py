@@ -11,7 +11,7 @@ find it). If the module is already imported, nothing happens.
 
 ``refresh_cache``: numba's on-disk cache (``cache=True``) is keyed on the file that defines
 a function, so a cached caller in one module keeps running an old copy of a callee from
-another module after that module changes (``fluid._step`` calls ``fairshare.fair_rates``,
+another module after that module changes (``fluid_kernel._step`` calls ``fairshare.fair_rates``,
 ``stream._replay`` calls ``l2.touch_tiles``). The sources of the compiled modules are
 hashed together; when the hash differs from the one stamped in the cache directory, their
 cache files are removed before anything is loaded, and compiled afresh once.
@@ -24,7 +24,7 @@ import importlib.abc
 import sys
 from pathlib import Path
 
-COMPILED = ("l2.py", "stream.py", "fairshare.py", "fluid.py")
+COMPILED = ("l2.py", "stream.py", "fairshare.py", "fluid_kernel.py")
 _HERE = Path(__file__).parent
 _STAMP = "tilesim-numba.stamp"
 
