@@ -16,7 +16,7 @@ from simulator.sim.program import kernel_program
 from traces.problem import AttentionProblem
 from traces.schedules import build_schedule
 from traces.tiling import Tiling
-from validation import ctas_per_sm, overheads
+from validation import ctas_per_sm, overheads, overheads_summary
 from validation.predict import compiled_resources, predict
 from validation.records import read_records
 
@@ -69,9 +69,10 @@ def test_summary_gives_a_ctas_iteration_by_hand():
     rows = [{"schema": overheads.SCHEMA, "call": "sms_x", "detail": {"sweep": detail},
              "dry_run": False, "mode": "warm", "median_s": 132e-6, "p20_s": 132e-6,
              "p80_s": 132e-6, "n": 10}]
-    (entry,) = overheads.summary(rows)
+    (entry,) = overheads_summary.summary(rows)
     assert entry["per_iteration"] == pytest.approx({"per_cta_ns": 500.0, "per_sm_ns": 250.0})
-    assert "a CTA's iteration 500 ns, the SM's 250 ns (warm)" in overheads._format([entry])
+    table = overheads_summary.format_table([entry])
+    assert "a CTA's iteration 500 ns, the SM's 250 ns (warm)" in table
 
 
 def test_dry_run_launches_each_kernel_alone_warm_only(tmp_path):
@@ -86,10 +87,10 @@ def test_dry_run_launches_each_kernel_alone_warm_only(tmp_path):
                           env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = overheads.load(str(out))
+    rows = overheads_summary.load(str(out))
     assert [(r["call"], r["mode"]) for r in rows] == [(n, "warm") for n in names]
     assert all("error" not in r and r["median_s"] > 0 for r in rows)
-    for entry in overheads.summary(rows):
+    for entry in overheads_summary.summary(rows):
         assert entry["per_iteration"]["per_cta_ns"] > 0
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from traces.problem import AttentionProblem
 from traces.tiling import Tiling
-from validation import ctas_per_sm, overheads
+from validation import ctas_per_sm, overhead_calls, overheads, overheads_summary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_summary_differences_by_hand():
             + _rows("dec_split", {"dirty": 30e-6, "warm": 22e-6})
             + _rows("dec_reduce", {"dirty": 4e-6, "warm": 3e-6})
             + _rows("decode", {}, error="RuntimeError: out of memory"))
-    by = {e["call"]: e for e in overheads.summary(rows)}
+    by = {e["call"]: e for e in overheads_summary.summary(rows)}
     assert by["empty"]["writeback_us"] == pytest.approx(0.5)
     assert by["empty"]["flush_us"] == pytest.approx(0.5)
     assert by["empty"]["do_bench_vs_dirty_us"] == pytest.approx(0.5)
@@ -46,7 +46,7 @@ def test_summary_differences_by_hand():
     assert "launch_gap_us" not in by["empty"]
     assert by["dec"]["between_us"] == pytest.approx({"dirty": 6.0, "warm": 5.0})
     assert "between_us" not in by["dec_split"] and "between_us" not in by["empty"]
-    table = overheads._format(list(by.values()))
+    table = overheads_summary.format_table(list(by.values()))
     assert "launch gap (empty_x2 - empty, warm): 3.25 us" in table
     assert "decode" in table and "failed: RuntimeError" in table
     assert "whole - split - reduce: dirty 6.0, warm 5.0 us" in table
@@ -57,12 +57,12 @@ def test_load_names_the_bad_line(tmp_path):
     good = json.dumps(_rows("empty", {"warm": 5e-6})[0])
     path.write_text(good + "\n{not json\n")
     with pytest.raises(ValueError, match=r"o.jsonl:2: not JSON"):
-        overheads.load(str(path))
+        overheads_summary.load(str(path))
     path.write_text(good + "\n" + json.dumps({"schema": "tilesim.record/1"}) + "\n")
     with pytest.raises(ValueError, match=r"o.jsonl:2: not a tilesim.overheads/1 row"):
-        overheads.load(str(path))
+        overheads_summary.load(str(path))
     path.write_text(good + "\n\n")
-    assert len(overheads.load(str(path))) == 1
+    assert len(overheads_summary.load(str(path))) == 1
 
 
 def _module(args, **env):
@@ -103,21 +103,21 @@ def test_dry_run_times_every_mode_but_do_bench(tmp_path):
     done = _module(["run", "--out", str(out), "--dry-run", "--only", *names],
                    TRITON_INTERPRET="1")
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = overheads.load(str(out))
+    rows = overheads_summary.load(str(out))
     assert [(r["call"], r["mode"]) for r in rows] == [
         (n, m) for n in names for m in ("dirty", "clean", "warm")]
     for r in rows:
         assert r["dry_run"] is True and r["n"] == 3 and "error" not in r
         assert 0 < r["p20_s"] <= r["median_s"] <= r["p80_s"]
         assert r["detail"]["note"].startswith("dry run")
-    summary = {e["call"]: e for e in overheads.summary(rows)}
+    summary = {e["call"]: e for e in overheads_summary.summary(rows)}
     assert summary["empty_x2"]["launch_gap_us"] is not None
     assert isinstance(summary["decode_k1024_n128_sp2"]["writeback_us"], float)
     assert set(summary["decode_k1024_n128_sp2"]["between_us"]) == {"dirty", "clean", "warm"}
     for chain in ("chase_4mb", "mma_chain_m64_k64_w4"):
         chase = summary[chain]
         assert chase["per_step_ns"]["warm"] == pytest.approx(
-            chase["median_us"]["warm"] * 1e3 / overheads.DRY_STEPS)
+            chase["median_us"]["warm"] * 1e3 / overhead_calls.DRY_STEPS)
 
 
 def test_probe_calls_match_the_records_they_explain():
@@ -127,7 +127,7 @@ def test_probe_calls_match_the_records_they_explain():
                (REPO / "validation/records/h200-default-2026-11-30.jsonl").open()]
     measured = {(json.dumps(r["problem"], sort_keys=True), json.dumps(r["tiling"], sort_keys=True))
                 for r in records if r["implementation"] == "triton"}
-    kernel_calls = [c for c in overheads.calls() if "schedule" in c.detail]
+    kernel_calls = [c for c in overhead_calls.calls() if "schedule" in c.detail]
     assert len([c for c in kernel_calls if "kernel" not in c.detail]) == 5
     assert len(kernel_calls) == 11  # and three decode configs' kernels one by one
     for c in kernel_calls:
@@ -210,7 +210,7 @@ echo "$*" > "{tmp_path}/argv.$$"
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
     out = tmp_path / "o.jsonl"
     assert overheads.run_ncu(str(out), log=lambda _: None) == 0
-    rows = overheads.load(str(out))
+    rows = overheads_summary.load(str(out))
     assert [(r["mode"], r["call"]) for r in rows] == [
         (mode, call) for mode in ("ncu_flushed", "ncu_warm") for call in overheads.NCU_CALLS]
     by = {(r["mode"], r["call"]): r for r in rows}
@@ -221,7 +221,7 @@ echo "$*" > "{tmp_path}/argv.$$"
     assert len(argvs) == 2
     assert all("profile-target" in a and overheads.NCU_FILTER in a
                and "gpu__time_duration.sum" in a for a in argvs)
-    entries = {e["call"]: e for e in overheads.summary(rows)}
+    entries = {e["call"]: e for e in overheads_summary.summary(rows)}
     assert entries["empty"]["median_us"]["ncu_warm"] == pytest.approx(2.3)
 
 
@@ -234,7 +234,7 @@ def test_run_ncu_reports_a_profile_it_cannot_read(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
     out = tmp_path / "o.jsonl"
     assert overheads.run_ncu(str(out), log=lambda _: None) == 2
-    rows = overheads.load(str(out))
+    rows = overheads_summary.load(str(out))
     assert [r["mode"] for r in rows] == ["ncu_flushed", "ncu_warm"]
     assert all(r["call"] == "ncu" and "no ncu result table" in r["error"]
                and "ncu said: Failed to initialize the profiler" in r["error"] for r in rows)
@@ -252,15 +252,15 @@ def test_profile_target_runs_the_profiled_calls_on_the_cpu():
 def test_chase_table_is_one_cycle_through_every_node():
     torch = pytest.importorskip("torch")
     nodes = 97
-    table = overheads.chase_table(nodes, torch.device("cpu"))
-    assert table.numel() == nodes * overheads.CHASE_STRIDE
+    table = overhead_calls.chase_table(nodes, torch.device("cpu"))
+    assert table.numel() == nodes * overhead_calls.CHASE_STRIDE
     at, seen = 0, []
     for _ in range(nodes):
         at = int(table[at])
-        assert at % overheads.CHASE_STRIDE == 0
-        seen.append(at // overheads.CHASE_STRIDE)
+        assert at % overhead_calls.CHASE_STRIDE == 0
+        seen.append(at // overhead_calls.CHASE_STRIDE)
     assert at == 0 and sorted(seen) == list(range(nodes))  # back at the start, all visited
-    off_nodes = table.view(nodes, overheads.CHASE_STRIDE)[:, 1:]
+    off_nodes = table.view(nodes, overhead_calls.CHASE_STRIDE)[:, 1:]
     assert int(off_nodes.abs().sum()) == 0
 
 
@@ -278,7 +278,7 @@ def test_mma_chain_computes_the_dependent_products(rows, k, warps):
     steps = 3
     from kernels.common import dot_fp32
 
-    overheads._mma_chain_kernel()[(1,)](a, b, out, steps, M=rows, K=k,
+    overhead_calls._mma_chain_kernel()[(1,)](a, b, out, steps, M=rows, K=k,
                                         DOT_FP32=dot_fp32(torch.bfloat16), num_warps=warps)
     expected = a.double()
     for _ in range(steps):
@@ -298,7 +298,7 @@ def test_precompile_covers_every_attention_call_once_per_compile():
     pytest.importorskip("triton")
     from validation.compile import capture_launches, compile_tasks
 
-    chosen = overheads.calls()
+    chosen = overhead_calls.calls()
     configs = overheads.compile_configs(chosen)
     assert len(compile_tasks(configs)) == len(configs)  # the keys are unique
     attention = [c for c in chosen if "schedule" in c.detail.get("sweep", c.detail)]
