@@ -259,7 +259,7 @@ def test_the_report_and_the_fitted_preset_say_which_records_came_from_where():
     """Facts from the table for some records and from a compile here for the others: both
     sources are named, with their counts."""
     from validation import report as rp
-    from validation.calibrate import _loop_facts_line
+    from validation.calibrated_preset import loop_facts_line
 
     filled = {"here": "3.9.0", "device": ["3.6.0"], "same": False, "records": 3, "table": 2,
               "table_triton": "3.6.0"}
@@ -269,11 +269,11 @@ def test_the_report_and_the_fitted_preset_say_which_records_came_from_where():
     assert "table of compiles (Triton 3.6.0, the version the device ran: its facts) for 2" in line
     assert "a compile here (--fill-loop-facts: Triton 3.9.0 here, the device ran 3.6.0" in line
     assert line.endswith("for 1")
-    (header,) = _loop_facts_line(filled)
+    (header,) = loop_facts_line(filled)
     assert ("from tilesim's table of compiles (Triton 3.6.0, the device's) for 2, a compile "
             "with Triton 3.9.0 (the device ran 3.6.0) for 1;") in header
     assert header.endswith("reconcile with --fill-loop-facts to predict as the fit did.")
-    (header,) = _loop_facts_line(dict(filled, table=3))  # all from the table: the default
+    (header,) = loop_facts_line(dict(filled, table=3))  # all from the table: the default
     assert "from tilesim's table of compiles (Triton 3.6.0, the device's);" in header
     assert header.endswith("tilesim reconcile takes the same by default.")
 

@@ -44,7 +44,8 @@ def run(args) -> int:
     from simulator.hardware import PRESET_DIR, load_hardware
     from traces.problem import ProblemError
     from validation import predict
-    from validation.calibrate import calibrated_toml, fit, record_sources
+    from validation.calibrate import fit
+    from validation.calibrated_preset import calibrated_toml, record_sources
 
     if not 0 < args.holdout < 1:
         raise ProblemError(f'"--holdout" must be in (0, 1), got {args.holdout}')
