@@ -10,220 +10,23 @@ it ran 33-42% slower than predicted without its compile (BENCHMARKS.md).
 
 This module keeps a table of compiles made here with one Triton version per GPU
 architecture (``TABLES``: JSON Lines, gzip, ``resources.measure``'s results by job key,
-which names the architecture), covering the kernels and launches below over the whole
-tiling space ``tilesim sweep`` searches. A lookup gives a job's result exactly as a
+which names the architecture), covering the kernels and launches of ``VARIANTS_OF`` over
+the whole tiling space ``tilesim sweep`` searches. A lookup gives a job's result exactly as a
 compile with that Triton would: each table holds the hash of the kernel sources it was
 compiled from (``resources.sources_digest``) and is not used once they change
 (``tests/test_kernel_table.py`` fails then: rebuild it).
 
-Covered on sm_90 (``VARIANTS``), each over the sweep's 250 tilings, for a launch whose sequence
-lengths and query heads are multiples of 16 and whose K/V heads are the query heads
-(group 1): the keys ``resources.job_key`` makes of such a launch (and, through the
-stand-ins below, fp16 where only bf16 is compiled and other head counts but 1).
-
-- FA2's forward at head_dim 64 and 128, bf16 and fp16, causal and not, and its backward's
-  three kernels the same in bf16;
-- naive attention's forward: its two matmul kernels at head_dim 64 and 128 in bf16 and
-  fp16 (they know no mask), and its softmax, which holds a row of scores in registers, for
-  every row width from 16 to 131072 keys (``SOFTMAX_ROWS``; a launch's key length rounded
-  up to a power of two), causal and not, bf16 and fp16; its backward's five kernels at
-  head_dim 64 and 128 in bf16;
-- FA2's forward and its backward's dQ and dK/dV (which loops over the group) with GQA, at
-  head_dim 64 and 128, causal and not, in bf16: K/V heads shared by ``GQA_GROUP`` (4)
-  query heads, which stands for every group size but 1 and the multiples of 16 (Triton's
-  specialization);
-- FA2 where queries and keys both have a length off the multiples of 16 (1000, 4095, ...:
-  ``OFF_16_SEQ``, 1000, stands for them all, Triton specializing a length only on its
-  divisibility by 16): its forward at head_dim 64 and 128, bf16 and fp16, causal and not,
-  and its backward's three kernels the same in bf16; its forward, dQ and dK/dV with GQA
-  (group 4) the same in bf16;
-- FA2's forward where the keys alone have such a length, the queries a multiple of 16
-  (``kv_seq``: a chunk of a prompt after a cached prefix, causal; cross-attention to an
-  encoder's output, not), with and without GQA, at head_dim 64 and 128, in bf16;
-- naive attention at lengths off the multiples of 16: its two matmul kernels at head_dim
-  64 and 128 in bf16 and fp16, its softmax for every row width, compiled one key short of
-  it (15 to 131071 keys), causal and not, bf16 and fp16, and its backward's five kernels
-  in bf16;
-- FA1's forward at head_dim 64 and 128, causal and not, in bf16 and fp16;
-- FA2's forward at head_dim 256, causal and not, with and without GQA, in bf16;
-- split-KV decode's two kernels (since 2026-12-07, twenty-third session) for one query a
-  head (``n_q`` 1, a constexpr: generation), at head_dim 64 and 128, causal and not, in
-  bf16, group 1 and ``GQA_GROUP``. Triton specializes its key length, split count and
-  chunk (K/V blocks a split) on being 1 or a multiple of 16 (``INT_CLASSES``), so its
-  variants are those classes, not lengths: the key length on or off the multiples, the
-  split count and the chunk each 1, on or off them (every launch a sweep tries, whatever
-  its length), each compiled over the sweep's 50 block_n, stages and warps (decode has no
-  block_m) at a launch of those classes (``decode_launch``); its reduce, which knows
-  neither keys nor chunks, over the split count's classes. Of those classes, a split
-  count or chunk of 1 changes every compile and keys off the multiples nearly every one
-  (their loads' alignment); splits and chunks on rather than off the multiples change
-  none. Sampled (4 tilings a class, d and mask), fp16 equals the bf16 rows and the
-  reduce at 12 heads its 16-head rows in every fact (672 and 96 jobs).
-
-A kernel the table holds only in bf16 (the backward's) stands for its fp16 compile too
-(``STAND_IN``): the two compile alike. Where the table holds both (FA2's forward and naive
-attention's matmuls, every tiling) their facts are equal but for the dtype
-(``tests/test_kernel_table.py``). A sample of the backward's kernels compiled in fp16 here
-(Triton 3.6.0, 2026-12-06; 12 tilings, d = 64 and 128, FA2's causal and not) matched the
-table's bf16 rows in every fact for the kernels whose work is matmuls: FA2's dQ and dK/dV
-(96 jobs), its forward with GQA (48) and naive attention's dV, dP, dQ and dK (96 jobs).
-The two elementwise kernels differ a little, by their conversions: FA2's preprocess
-(registers within 19%, its instructions 5-15% fewer in fp16, and in 2 of 48 jobs no spills
-where bf16 spills) and naive attention's dS (registers −15% to +3%, 5-15% fewer
-instructions before its loop); their bf16 rows still stand in, where the estimate puts the
-preprocess's registers 2-7 times off. Naive softmax, which the table holds in both, shows
-the same kind of difference (fp16 up to 11% fewer instructions, other registers at the
-longest rows), and so does FA1's forward, which it holds in both too (a sample of 16 fp16
-jobs had 1-4% fewer loop instructions than bf16's rows in all, other spills in 4). The
-rows added since (FA2's dQ and dK/dV with GQA at lengths off the multiples of 16, its
-forward with the keys alone off them, causal and not, and at head_dim 256), sampled the
-same way at 4 tilings, equal their bf16 rows in fp16 and their 16-head rows at 12 heads
-in every fact, as FA1's do at 12 heads.
-
-A launch whose query heads are neither 1 nor a multiple of 16 (12, 20, 40, ...; with GQA
-too) takes the row of the table's 16 (``HEADS_STAND_IN``): Triton specializes
-the head count on its divisibility, but the same sample at 12 heads (2026-12-06: FA2's
-forward with and without GQA, dQ and dK/dV, 192 jobs; naive attention's six kernels that
-take the head count, 144) compiled to the 16-head rows fact for fact. What does change a
-compile has rows of its own or stays estimated: GQA has its own (a group-4 sample's
-registers were 0.8-1.45 times the group-1 rows', with other spills; the table's dQ rows at
-group 4 differ from group 1's in all 1,000 jobs, registers 0.74-1.48 times), and so do
-lengths off the multiples of 16: each of FA2's forward, dQ and dK/dV rows differs from the
-row at 4096 in some fact (registers 0.77-1.48 times, other spills in 12-46% of the
-tilings; the preprocess's registers in some), and naive attention's rows differ from those
-at 4096 (its softmax's, from those of its row width) in 68% (the softmax) to 98% of the
-jobs, registers 0.13-4.6 times, other spills in 5-24% (its PV at 64 x 64, d = 128, takes
-238 registers at N = 1000 against 94 at 1024, and 2.4 times the loop instructions: likely
-its loads of P, whose rows the compiler no longer knows to be 16-byte aligned); and FA2's
-forward with GQA at such lengths has its own (each row differs from group 4's at 4096,
-registers 0.73-1.51 times, and from group 1's at 1000), and so do its dQ and dK/dV (each
-row differs from group 4's at 4096 and from group 1's at 1000: registers 0.66-1.57 and
-0.66-3.12 times, other spills in 15-65% of the tilings). Keys alone off the multiples of
-16 are a compile of their own too: FA2's causal forward there differs from both of its
-neighbours': in every job from the rows with both lengths on the multiples (registers
-0.73-1.33 times, other spills in 31-32% of the tilings), in 30% of them from those with
-both off (registers 0.77-1.01 times, other spills in 17-18%); its forward without a mask
-in every job from the rows with both on (registers 0.78-1.51 times, other spills in
-23-40%), in 10% (head_dim 64) and 50% (128) from those with both off (registers
-0.73-1.06 times). At head_dim 256 a 128-row tile's accumulator alone is 256 fp32
-registers a thread over 4 warps: of the 146 tilings whose shared memory fits the H200
-(of 250), 47 or 48 spill in FA2's forward loop and 54 or 55 take all 255 registers; GQA's
-rows differ from group 1's in every job there (registers 0.76-1.41 times, other spills
-in 20-25%). One head (a constexpr), queries off the multiples of 16 with keys on them,
-FA2's backward with the keys alone off them and at head_dim 256, and FA1 with GQA or at
-lengths off the multiples stay estimated.
-
-Covered on sm_80 (``SM80_VARIANTS``, the A100 presets; 2026-12-06, sixteenth session),
-for the same launch: FA2's forward and its backward's three kernels at head_dim 64 and
-128, causal and not, in bf16, with the same stand-ins (fp16 and other head counts but 1).
-A sample compiled here (8 tilings, d x causal) bears them out on sm_80 as on sm_90: in
-fp16 the forward, dQ and dK/dV equal their bf16 rows in every fact (32 jobs each) and the
-preprocess differs as on sm_90 (registers 0.95-1.19 times in half the jobs, 6-16% fewer
-instructions, no spills in 2 jobs where bf16 spills); at 12 heads the forward, dQ and
-dK/dV equal their 16-head rows. sm_80 is a compile of its own (mma.sync, never wgmma;
-164 KB of shared memory a CTA): of the tilings that fit it (FA2's forward 230 of 250 at
-d = 64, 192 at d = 128; dQ 226 and 169; dK/dV 222 and 163), 63-84% take other registers
-than on sm_90 (0.13-2.21 times; the preprocess 30-40%), and in 93 of the forward's, 93
-of dQ's and 139 of dK/dV's ptxas keeps 32 registers and spills the rest to the stack
-(FA2's forward at d = 64 with 128 x 256 tiles and 4 warps: 13,104 bytes a thread; sm_90
-keeps 255 and 1,616), which no estimate sees. And with GQA (seventeenth session): FA2's
-forward, dQ and dK/dV at group ``GQA_GROUP``, as on sm_90, the same four launches each.
-Their rows differ from group 1's in every job: the forward's and dQ's registers 0.76-1.47
-times, spilling in the same tilings; dK/dV's, which loops over the group, 0.13-7.97
-times (some of group 1's 32-register spillers take 255 at group 4, and the other way
-round), other spills in 1-5 tilings. From sm_90's group-4 rows they differ
-in every job too (registers 0.13-2.23 times, other spills in 1-13% of the tilings). The
-stand-ins hold for them (the same sample: fp16 and 12 heads equal their rows in every
-fact, 32 jobs each). And (eighteenth session) FA2's forward at lengths off the multiples
-of 16, both or the keys' alone, with and without GQA, and FA1's forward in bf16 and fp16,
-as on sm_90. With both off the multiples, FA2's forward differs from its rows at 4096 in
-some fact in all but 6 of the 1,688 fitting jobs (registers in 16-29% of them, 0.13-7.97
-times, other spills in up to 7 tilings a launch); as many of its tilings keep 32
-registers and spill (19 to 31 a launch; one more at d = 128, causal). With the keys'
-alone off them, its rows differ from those with both off as on sm_90: in 10% of the jobs
-at d = 64 (never in registers), in 50% at d = 128 (registers in 11-16%, 0.91-1.11
-times). FA1's rows differ from sm_90's in every job but 2 (registers in 63-72%,
-0.13-1.68 times) and from FA2's on sm_80 in all; in fp16 its registers differ from
-bf16's in 9 to 38 tilings a launch. The stand-ins hold for them (the same sample: FA2's
-forward off the multiples equals its rows in fp16, and it and FA1's forward their rows
-at 12 heads, in every fact, 32 jobs each). And (nineteenth session) FA2's backward at
-lengths off the multiples of 16 (group 1): its dQ and dK/dV differ from their rows at 4096
-in every fitting job (registers in 23-47% of them, 0.13-7.97 times, other spills in 1-5
-tilings a launch; 14 to 43 tilings a launch keep 32 registers and spill), its
-preprocess in registers alone (10% of the jobs at d = 64, 50% at d = 128, 0.78-1.00
-times); from sm_90's rows of the same launches they differ in every job. The stand-ins
-hold for them (the same sample: dQ and dK/dV equal their rows in fp16 and at 12 heads in
-every fact, 32 jobs each; the preprocess differs in fp16 as at 4096). And FA2's forward
-at head_dim 256 (group 1): 122 of the 250 tilings fit sm_80's shared memory; of those, 36
-(46 causal) spill in the loop and 16 keep 32 registers and spill; every job differs from
-sm_90's row (registers in 70-72%, 0.13-1.62 times). The stand-ins hold for it (the same
-sample: fp16 and 12 heads equal its rows in every fact, 16 jobs each). And (twentieth
-session) naive attention at lengths on and off the multiples of 16, as on sm_90: its
-matmuls in bf16 and fp16 (equal but for the dtype, as on sm_90), its softmax at every
-row width, its backward's five kernels in bf16. At lengths on them, every matmul and
-backward job differs from sm_90's row (registers in 64-90% of them, 0.13-3.57 times),
-and 5 to 26 tilings a launch keep 32 registers and spill (naive_qk at d = 128: 20; dV
-and dK at d = 128: 25 and 26); the softmax's registers differ from sm_90's at most row
-widths (0.63-1.12 times), and at 65,536 and 131,072 keys it keeps 32 registers and
-spills, as on sm_90. The stand-ins hold for it (the same sample): in fp16 its backward's
-kernels equal their rows in every fact but dS, the elementwise one, as on sm_90
-(registers in 4 of 16 jobs, 0.84-1.02 times; 5-15% fewer prologue instructions in all);
-at 12 heads its matmuls and backward equal their rows in every fact, 16 jobs each. Off
-the multiples of 16, its matmuls and backward differ from their rows at 4096 in all but
-5 jobs a launch (registers 0.13-7.97 times), and from sm_90's rows there in all but 5 at
-most; 3 to 32 tilings a launch keep 32 registers and spill. Its softmax, one key short
-of each row width, equals the row width's own compile up to 128 keys and differs from
-256 on (registers 0.80-1.70 times). The stand-ins hold there as at 4096 (dS in fp16:
-registers in 3 of 16 jobs, 0.98 times; 5-14% fewer prologue instructions). And
-(twenty-first session) FA2's dQ and dK/dV with GQA at lengths off the multiples of 16,
-as on sm_90: every fitting job differs in some fact from its rows with GQA at 4096
-(registers in 23-44% of them, 0.13-7.97 times), from group 1's off the multiples
-(registers in 12-52%) and from sm_90's rows of the same launch (registers in 53-76%,
-0.13-2.21 times, other spills in 6-26 tilings); 14 to 46 tilings a launch keep 32
-registers and spill. The stand-ins hold for them (the same sample: fp16 and 12 heads
-equal their rows in every fact, 32 jobs each). FA2's backward at head_dim 256 stays
-estimated on sm_80. And (twenty-fourth session) split-KV decode's two kernels, the same
-variants as on sm_90 (``_decode_variants``): every job differs from sm_90's row of the same
-launch in some fact (registers in 4,720 of the 7,320, 0.66-1.52 times); 1,008 of the
-7,200 split jobs ask more shared memory than the A100's 163 KB a CTA (720 more than the
-H200's 227 KB on sm_90), and 36 spill in the loop (d = 128, block_n 256, 4 warps,
-3 stages; 18 on sm_90), none keeps 32 registers. The stand-ins hold for
-them (the same sample, 4 tilings a class, d and mask: fp16 equals the bf16 rows and the
-reduce at 12 heads its 16-head rows in every fact, 672 and 96 jobs).
-
-Any other launch, kernel, dtype or arch is looked up and not found, and the estimate
-stands: decode with several queries a head (speculative decoding) or a group of 16 or
-more, for one.
-
-The samples are ``python -m kernels.table check-stand-in`` (under the table's Triton;
-about eight minutes on two cores for the variants before GQA's dQ and the lengths off
-the multiples of 16, which add some 20 more, seven at 4 samples; a minute once
-``resources``' cache holds them): per stand-in, kernel and launch, the facts that differ
-and by how much.
-
-Build (36,640 jobs: about eleven hours on two cores from nothing; 46 minutes where
-Triton's own cache holds the kernels, as after an edit to ``resources`` alone; jobs in
-``resources``' cache are not redone, nor the rows of a current table of the same Triton,
-so adding a variant compiles that variant alone: the forward's four GQA variants, 1,000
-jobs, took 17 minutes, dK/dV's 50, dQ's 24; FA2 at lengths off the multiples of 16, 4,100
-jobs, 106; naive attention there, 5,060 jobs, 60; FA2's forward with GQA there, 1,000
-jobs, 19; its dQ and dK/dV with GQA there, 2,000 jobs, 80; its causal forward with the keys
-alone off the multiples, 1,000 jobs, 27, and without a mask, 1,000 jobs, 17; FA1's
-forward, 1,000 jobs in bf16, 9, and 1,000 in fp16, 12; FA2's forward at head_dim 256,
-1,000 jobs, 65; decode, 7,320 jobs, 97, partly beside other work)::
+What the tables cover (``VARIANTS_OF``: on sm_90 FA2's forward and backward, with GQA, at
+lengths on and off the multiples of 16, FA2's forward at head_dim 256, FA1's forward,
+naive attention's kernels, split-KV decode's; on sm_80 most of those), which compiles
+stand in for which (``STAND_IN``: fp16 for bf16 where only bf16 is compiled;
+``HEADS_STAND_IN``: 16 query heads for other counts but 1), what samples compiled here
+showed of those stand-ins, and what each build cost: docs/table-of-compiles.md. Any
+other launch, kernel, dtype or arch is looked up and not found, and the estimate stands.
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
     python -m kernels.table build --arch 80
-
-(sm_80's 3,100 jobs without GQA took 103 minutes on two cores: dK/dV 59 of them, dQ 24,
-the forward 19; its 3,000 with GQA 120: dK/dV 62, dQ 28, the forward 30, partly beside
-other work; FA2's forward off the multiples of 16, 2,000 jobs, 42, with the keys alone
-off them, 2,000, 42, and FA1's forward, 2,000, 34, partly beside other work; FA2's
-backward off the multiples, 3,000 jobs, 87: dK/dV 59, dQ 28; FA2's forward at head_dim
-256, 500 jobs, 34; naive attention, 5,060 jobs, 41, and off the multiples, 5,060, 57,
-partly beside other work; FA2's dQ and dK/dV with GQA off the multiples, 2,000 jobs, 83:
-dK/dV 55, dQ 28, partly beside other work; decode, 7,320 jobs, 79, partly beside other
-work.)
+    python -m kernels.table check-stand-in [--arch 80] [--samples N]
 """
 
 from __future__ import annotations
@@ -251,8 +54,9 @@ LAUNCH = {"seq_q": 4096, "seq_kv": 4096, "heads": 16, "group": 1, "decode_rows":
 # naive_softmax holds a whole row of scores in registers, ROW = the key length rounded up to
 # a power of two: one compile per row width, launched with that many queries and keys.
 SOFTMAX_ROWS = tuple(2 ** i for i in range(4, 18))  # 16 to 131072
-# A dtype whose compile another's row stands for, where the table lacks its own (module
-# docstring): fp16's backward kernels (on sm_80 its forward too), from their bf16 compiles.
+# A dtype whose compile another's row stands for, where the table lacks its own
+# (docs/table-of-compiles.md): fp16's backward kernels (on sm_80 its forward too), from
+# their bf16 compiles.
 STAND_IN = {"fp16": "bf16"}
 # The query heads whose compile stands for any other count but 1 and the multiples of 16.
 HEADS_STAND_IN = 16
@@ -639,79 +443,6 @@ def _write_atomically(out: Path, data: bytes) -> None:
     os.replace(tmp, out)
 
 
-def check_stand_in(samples: int = 12, seed: int = 6, workers: int | None = None,
-                   arch: int = ARCH) -> dict:
-    """Compile for ``arch`` ``samples`` tilings (drawn with ``seed`` from the sweep space)
-    of each launch a row of its table stands for and compare the compile's facts with that row
-    (module docstring): per stand-in ("fp16": the kernels the table holds only in bf16,
-    compiled in fp16; "heads 12": every bf16 kernel that takes the head count, at 12 query
-    heads) and kernel (with its launch's group, lengths or head dim where they are its
-    own: ``_launch_label``), the jobs compared, and per fact that differed, how many and the
-    range of compiled / table; ``no_row`` counts the jobs the table has no row to compare
-    with (a stale table, or a variant not built yet)."""
-    import random
-
-    # (stand-in, variant whose row stands in, its launches, dtype and shape compiled)
-    cases = []
-    variants = VARIANTS_OF[arch]
-    for v in variants:
-        launches = variant_launches(v)
-        shape = launches[0][0]  # every launch of a variant has the same keywords
-        for dtype, stand_in in STAND_IN.items():
-            if v["dtype"] == stand_in and dict(v, dtype=dtype) not in variants:
-                cases.append((dtype, v, launches, dtype, shape))
-        if v["dtype"] == "bf16" and "n_heads" in resources._int_arg_names(v["kernel"]):
-            cases.append(("heads 12", v, launches, "bf16", dict(shape, heads=12)))
-    report: dict[str, dict] = {}
-    for case, v, launches, dtype, shape in cases:
-        own = launches[0][0]
-        # the same draw for every variant (a decode variant's tilings carry its splits)
-        tilings = random.Random(seed).sample([t for _, t in launches], samples)
-        compiled = resources.measure([v["kernel"]], archs=(arch,), dtype=dtype,
-                                     head_dim=v["head_dim"], tilings=tilings,
-                                     workers=workers, **shape)
-        entry = report.setdefault(case, {}).setdefault(_launch_label(v),
-                                                       {"jobs": 0, "differ": {}})
-        for tiling, result in zip(tilings, compiled, strict=True):
-            row = lookup(resources.job_key(v["kernel"], arch, v["dtype"], v["head_dim"],
-                                           tiling, **own))
-            if row is None:  # stale, or not built yet: nothing to compare with, said so
-                entry["no_row"] = entry.get("no_row", 0) + 1
-                continue
-            entry["jobs"] += 1
-            _tally_differences(entry["differ"], result.to_dict(), row)
-    return report
-
-
-def _launch_label(variant: dict) -> str:
-    """A variant's kernel, and the launch it is compiled as where that is not ``LAUNCH``'s,
-    and its head dim where that is not one of ``_variants``' own (64, 128): "fa2_bwd_dq",
-    "fa2_bwd_dq group 4", "fa2_fwd seq 1000", "fa2_fwd kv_seq 1000", "fa2_fwd d 256"."""
-    extra = [f"{name} {variant[name]}" for name in ("group", "seq", "kv_seq", "seq_q",
-                                                     "keys", "split", "chunk")
-             if name in variant]
-    if variant["head_dim"] not in DEFAULT_HEAD_DIMS:
-        extra.append(f"d {variant['head_dim']}")
-    return " ".join([variant["kernel"], *extra])
-
-
-def _tally_differences(differ: dict, mine: dict, row: dict) -> None:
-    """Add to ``differ`` (fact -> {"jobs", "ratio": (least, most) of mine / row}) each fact
-    of a compile ``mine`` that differs from the ``row`` standing in for it; the tiling's
-    own fields aside (a compile shared by tilings names its first)."""
-    for fact, value in row.items():
-        if fact in ("dtype", "block_m", "block_n", "num_stages", "num_warps") \
-                or mine.get(fact) == value:
-            continue
-        d = differ.setdefault(fact, {"jobs": 0, "ratio": None})
-        d["jobs"] += 1
-        if isinstance(value, (int, float)) and value and \
-                isinstance(mine.get(fact), (int, float)):
-            r = mine[fact] / value
-            lo, hi = d["ratio"] or (r, r)
-            d["ratio"] = (min(lo, r), max(hi, r))
-
-
 def main(argv: list[str]) -> int:
     """``build`` or ``check-stand-in``, for sm_90 or ``--arch 80``; 2 on a bad command line."""
     import argparse
@@ -725,6 +456,8 @@ def main(argv: list[str]) -> int:
     if args.command == "build":
         print(f"{build(args.arch)} compiles in {TABLES[args.arch]}")
     else:
+        from kernels.table_check import check_stand_in
+
         print(json.dumps(check_stand_in(samples=args.samples, arch=args.arch), indent=1))
     return 0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import resources, table
+from kernels import resources, table, table_check
 from simulator import cli
 from simulator.hardware import load_hardware
 from simulator.occupancy import estimated_registers_per_thread
@@ -748,7 +748,7 @@ def test_check_stand_in_compares_each_stood_in_compile_with_its_row(monkeypatch)
     unbuilt = {"kernel": "fa2_bwd_dq", "head_dim": 64, "dtype": "bf16", "causal": False,
                "group": 16}  # a group of 16: another compile, not in the table
     monkeypatch.setitem(table.VARIANTS_OF, 90, [*table.VARIANTS, unbuilt])
-    report = table.check_stand_in(samples=3)
+    report = table_check.check_stand_in(samples=3)
     assert set(report) == {"fp16", "heads 12"}
     fp16, heads12 = report["fp16"], report["heads 12"]
     assert {(k, dtype) for k, dtype, *_ in asked if dtype == "fp16"} == {
