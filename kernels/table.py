@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 from kernels import resources
+from kernels.compile_order import measured_evenly
 from traces.tiling import Tiling
 
 COMPILED = Path(__file__).resolve().parent / "compiled"
@@ -413,10 +414,11 @@ def build(arch: int = ARCH, out: Path | None = None, workers: int | None = None)
         if not todo:
             continue
         print(f"compiling {v} ...", file=sys.stderr, flush=True)
-        results = resources.measure([v["kernel"]], archs=(arch,), dtype=v["dtype"],
-                                    head_dim=v["head_dim"],
-                                    tilings=[tiling for _, tiling in todo],
-                                    workers=workers, **shape)
+        results = measured_evenly(
+            lambda tilings, v=v, shape=shape: resources.measure(
+                [v["kernel"]], archs=(arch,), dtype=v["dtype"], head_dim=v["head_dim"],
+                tilings=tilings, workers=workers, **shape),
+            [tiling for _, tiling in todo])
         for (key, _), result in zip(todo, results, strict=True):
             rows[key] = result.to_dict()
     head = {"schema": SCHEMA, "triton": triton.__version__, "arch": arch,

@@ -136,6 +136,7 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     compiled ahead of time for ``hw``, or a string saying which kernel does not compile.
     ``ProblemError`` (one line) when none can be compiled here at all."""
     from kernels import resources  # imports neither torch nor triton
+    from kernels.compile_order import measured_evenly
 
     resources.require_compiler("--compiled-resources")
 
@@ -146,8 +147,9 @@ def compile_resources(problem, tilings: list, schedule: str, hw, progress=None) 
     if names is None:
         return [None] * len(tilings)
     try:
-        per_tiling = resources.schedule_resources(problem, tilings, names,
-                                                  hw.compute_capability, progress=progress)
+        per_tiling = measured_evenly(
+            lambda in_order: resources.schedule_resources(
+                problem, in_order, names, hw.compute_capability, progress=progress), tilings)
     except ImportError as exc:  # installed, but broken
         raise ProblemError(f"--compiled-resources: cannot import {exc.name or 'triton'}: "
                            f"{exc}") from None
