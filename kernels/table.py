@@ -18,11 +18,12 @@ compiled from (``resources.sources_digest``) and is not used once they change
 
 What the tables cover (``VARIANTS_OF``: on sm_90 FA2's forward and backward, with GQA, at
 lengths on and off the multiples of 16, FA2's forward at head_dim 256, FA1's forward,
-naive attention's kernels, split-KV decode's; on sm_80 most of those), which compiles
-stand in for which (``STAND_IN``: fp16 for bf16 where only bf16 is compiled;
-``HEADS_STAND_IN``: 16 query heads for other counts but 1), what samples compiled here
-showed of those stand-ins, and what each build cost: docs/table-of-compiles.md. Any
-other launch, kernel, dtype or arch is looked up and not found, and the estimate stands.
+naive attention's kernels, split-KV decode's; on sm_80 most of those),
+which compiles stand in for which (``STAND_IN``: fp16 for bf16 where only bf16 is
+compiled; ``HEADS_STAND_IN``: 16 query heads for other counts but 1), what samples
+compiled here showed of those stand-ins, and what each build cost:
+docs/table-of-compiles.md. Any other launch, kernel, dtype or arch is looked up and not
+found, and the estimate stands.
 
     python -m kernels.table build        # under Triton 3.6.0, the H200 records' version
     python -m kernels.table build --arch 80
