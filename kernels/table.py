@@ -17,8 +17,8 @@ compiled from (``resources.sources_digest``) and is not used once they change
 (``tests/test_kernel_table.py`` fails then: rebuild it).
 
 What the tables cover (``VARIANTS_OF``: on sm_90 FA2's forward and backward, with GQA, at
-lengths on and off the multiples of 16, FA2's forward at head_dim 256, FA1's forward,
-naive attention's kernels, split-KV decode's; on sm_80 most of those),
+lengths on and off the multiples of 16, and at head_dim 256 (its backward without GQA),
+FA1's forward, naive attention's kernels, split-KV decode's; on sm_80 most of those),
 which compiles stand in for which (``STAND_IN``: fp16 for bf16 where only bf16 is
 compiled; ``HEADS_STAND_IN``: 16 query heads for other counts but 1), what samples
 compiled here showed of those stand-ins, and what each build cost:
@@ -200,6 +200,9 @@ VARIANTS = (_variants(("fa2_fwd",), BOTH_DTYPES)
             # Gemma's heads, where a tile's accumulator alone fills a thread's registers
             + _variants(("fa2_fwd",), BF16, head_dims=(256,))
             + _variants(("fa2_fwd",), BF16, head_dims=(256,), group=GQA_GROUP)
+            # and its backward's three kernels there (twenty-fifth session), group 1:
+            # fine-tuning Gemma, where every tile of dK/dV holds 256-wide rows
+            + _variants(FA2_BACKWARD, BF16, head_dims=(256,))
             # split-KV decode (since 2026-12-07, twenty-third session): one query a head,
             # without and with GQA, over every specialization of its integers
             + _decode_variants())
