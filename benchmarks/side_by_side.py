@@ -43,6 +43,10 @@ CASES = {
                       "--heads", "16", "--seq", "4096", "--head-dim", "128"],
     "fa2-128k-causal": ["--batch", "1", "--heads", "32", "--seq", "131072", "--head-dim",
                         "128", "--causal"],
+    # key lengths off the tile widths: S and P read back by whole rows of 1000 and 3001
+    # keys (their L2 blocks, ``l2.BlockLayout.from_schedule``)
+    "naive-1000": [*NAIVE, "--batch", "1", "--seq", "1000"],
+    "naive-3001": [*NAIVE, "--batch", "1", "--seq", "3001"],
 }
 
 

@@ -132,6 +132,41 @@ def test_block_layout_of_naive_attention():
     assert (layout.block_rows[q], layout.block_cols[q]) == (64, 64)
 
 
+@pytest.mark.parametrize("seq_kv", [513, 1000])
+def test_whole_rows_leave_blocks_as_wide_as_the_tiles(seq_kv):
+    """Naive attention's softmax reads whole rows of S, of any key length: those tiles
+    start at column 0 and so need no narrower blocks than QK's 64 x 32 tiles do (with
+    the row's width in the divisor S's blocks were a column wide at 513 keys, each
+    taking a 32-byte sector for its 2 bytes). Tiles higher or wider than a tensor
+    (64-row tiles over 16 queries) make it one block high."""
+    p = AttentionProblem(batch=1, heads=2, seq_q=16, seq_kv=seq_kv, head_dim=64)
+    schedule = build_schedule(p, Tiling(64, 32), "naive")
+    layout = BlockLayout.from_schedule(schedule)
+    names = schedule.tensor_names
+    for name in ("s", "p"):
+        i = names.index(name)
+        assert (layout.block_rows[i], layout.block_cols[i]) == (1, 32)
+    q = names.index("q")
+    assert (layout.block_rows[q], layout.block_cols[q]) == (16, 64)
+
+
+@pytest.mark.parametrize("seq_kv", [513, 1000, 1024])
+def test_naive_forward_that_fits_in_l2_reads_only_its_inputs(seq_kv):
+    """S and P of 8 x 1000 x seq_kv bf16 (16-33 MB together) fit in the H200's 60 MiB
+    of L2 from a cold start: the softmax and PV find what QK and the softmax wrote, and
+    DRAM reads are Q, K and V once, in both engines, whatever the key length."""
+    from simulator.hardware import load_hardware
+    from simulator.sim import predict
+
+    problem = AttentionProblem(batch=1, heads=8, seq_q=1000, seq_kv=seq_kv, head_dim=64)
+    inputs = sum(8 * rows * 64 * 2 for rows in (1000, seq_kv, seq_kv))
+    for mode in ("full", "aggregated"):
+        pred, _ = predict(problem, Tiling(64, 64), "naive", load_hardware("h200-sxm"),
+                          mode=mode)
+        assert pred["per_tensor"]["s"]["dram_read"] == pred["per_tensor"]["p"]["dram_read"] == 0
+        assert pred["bytes"]["dram_read"] == inputs, mode
+
+
 def test_snapshot_and_restore():
     cache = L2Cache(10 * 32, _layout(100, 8, 4, 1, 8))
     cache.access(_tiles(np.arange(5), np.zeros(5, dtype=bool)))

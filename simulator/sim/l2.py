@@ -2,11 +2,13 @@
 
 Granularity. The cache holds *blocks*: a block is a rectangle of one tensor plane of
 ``R x C`` elements, where ``R`` and ``C`` are the greatest common divisors of the tile
-heights and widths with which the schedule's kernels access that tensor. For most tensors
-that is exactly one tile (all FA2 accesses to K are ``BN x d`` tiles), so an access is one
-lookup; where kernels use different shapes (naive attention writes S as ``BM x BN`` tiles
-and reads it back by rows) a tile covers several blocks and every byte keeps its identity
-across kernels, so a small S written by one kernel hits when the next reads it.
+heights and widths with which the schedule's kernels access that tensor (tiles that span
+its whole height or width, which start at 0, left out: ``BlockLayout.from_schedule``).
+For most tensors that is exactly one tile (all FA2 accesses to K are ``BN x d`` tiles),
+so an access is one lookup; where kernels use different shapes (naive attention writes S
+as ``BM x BN`` tiles and reads it back by rows) a tile covers several blocks and every byte
+keeps its identity across kernels, so a small S written by one kernel hits when the next
+reads it.
 
 Why blocks and not 32-byte sectors: the schedules move whole tiles, a tile is resident or
 not as a unit in LRU order (all its sectors are touched together, so they age together), and
@@ -95,19 +97,26 @@ class BlockLayout:
 
     @classmethod
     def from_schedule(cls, schedule: Schedule) -> BlockLayout:
+        """Blocks of each tensor: the greatest common divisors of the heights and widths
+        of the tiles that access it, leaving out tiles as high or as wide as the tensor
+        (such a tile only ever starts at 0, where every block starts: naive attention's
+        softmax reads whole rows of S, and a row of 513 keys must not make S's blocks one
+        column wide). A tensor that only such tiles access is one block high or wide."""
         names = schedule.tensor_names
+        tensors = [schedule.tensors[n] for n in names]
         block_rows, block_cols = [0] * len(names), [0] * len(names)
         for kernel in schedule.kernels:
             for step in kernel.pre + kernel.loop + kernel.post:
                 if isinstance(step, Access):
                     i = names.index(step.tensor)
-                    block_rows[i] = gcd(block_rows[i], step.tile_rows)
-                    block_cols[i] = gcd(block_cols[i], step.tile_cols)
-        tensors = [schedule.tensors[n] for n in names]
+                    if step.tile_rows < tensors[i].rows:
+                        block_rows[i] = gcd(block_rows[i], step.tile_rows)
+                    if step.tile_cols < tensors[i].cols:
+                        block_cols[i] = gcd(block_cols[i], step.tile_cols)
         rows = np.array([t.rows for t in tensors], dtype=np.int64)
         cols = np.array([t.cols for t in tensors], dtype=np.int64)
-        r = np.maximum(np.array(block_rows, dtype=np.int64), 1)
-        c = np.maximum(np.array(block_cols, dtype=np.int64), 1)
+        r = np.where(np.array(block_rows) > 0, np.array(block_rows), rows).astype(np.int64)
+        c = np.where(np.array(block_cols) > 0, np.array(block_cols), cols).astype(np.int64)
         planes = np.array([t.planes for t in tensors], dtype=np.int64)
         per_tensor = planes * -(-rows // r) * -(-cols // c)
         base = np.concatenate([[0], np.cumsum(per_tensor)[:-1]]).astype(np.int64)
