@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from simulator.cli.resources_args import table_compiled  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
 from simulator.occupancy import CompiledResources  # noqa: E402
 from simulator.sim import run  # noqa: E402
@@ -74,6 +75,12 @@ CASES = {
     "naive fwd h200 B=2 H=16 N=8192 d=64, 64x64 w4, compiled registers":
         ("naive", AttentionProblem(2, 16, 8192, 64), Tiling(64, 64, 2, 4), H200,
          {**NAIVE_COMPILED, "naive_softmax": CompiledResources(91)}),
+    # One wave of P.V CTAs after a softmax that left part of P in L2, with the table's
+    # compiles (found comparing the engines on random problems, 2026-12-07): which CTAs
+    # find their P resident depends on which run ahead, which only the full engine follows.
+    "naive fwd h100 B=2 H=16 Hkv=2 N=1024 d=64, 128x64 w4, the table's compiles":
+        ("naive", AttentionProblem(2, 16, 1024, 64, kv_heads=2), Tiling(128, 64, 2, 4), H100,
+         "table"),
 }
 
 
@@ -86,6 +93,8 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     for case, (schedule, problem, tiling, hw, *compiled) in CASES.items():
         compiled = compiled[0] if compiled else None
+        if compiled == "table":
+            compiled = table_compiled(problem, tiling, schedule, hw)
         full = run(problem, tiling, schedule, hw, "full", compiled)
         fast = run(problem, tiling, schedule, hw, "aggregated", compiled)
         for a, b in zip(full.runs, fast.runs, strict=True):
