@@ -8,8 +8,10 @@ default tiling) and reports a problem where:
 - one command refuses it and the other does not, or either fails otherwise than with
   exit code 2 and one line;
 - `simulate`'s global bytes differ from `count`'s (both count the same tiles);
-- a forward pass from a cold L2 reads less of Q, K or V from DRAM than the tensor holds,
-  or more than it loads, or writes O to DRAM other than once (FA2, naive, decode);
+- a forward pass from a cold L2 reads less of Q, K or V from DRAM than the tensor holds
+  (but FA1's Q where causal queries outnumber the keys: those no key is visible to are
+  never loaded), or more than it loads, or writes O to DRAM other than once (FA2, naive,
+  decode);
 - with ``--engines``: the aggregated engine's time or DRAM bytes per kernel are more than
   ``simulator.sim.fluid.ERROR_BOUND`` from the full engine's, where both run in reasonable
   time (the bound the tests assert on a fixed matrix; BENCHMARKS.md, "Accuracy of the
@@ -89,12 +91,15 @@ def forward_findings(problem: dict, pred: dict) -> list[str]:
     d, seq, kv = problem["head-dim"], problem["seq"], problem["kv-seq"]
     sizes = {"q": b * problem["heads"] * seq * d * e, "k": b * problem["kv-heads"] * kv * d * e,
              "v": b * problem["kv-heads"] * kv * d * e}
+    # Causal with more queries than keys: the first seq - kv_seq queries see no key, and
+    # FA1 never loads them.
+    unseen = problem["causal"] and seq > kv and problem["schedule"] == "fa1"
     found = []
     for name, size in sizes.items():
         tensor = pred["per_tensor"].get(name)
         if tensor is None:
             continue
-        if tensor["dram_read"] < size:
+        if tensor["dram_read"] < size and not (name == "q" and unseen):
             found.append(f"{name}: {tensor['dram_read']} bytes read from DRAM < its {size}")
         if tensor["dram_read"] > tensor["global_read"]:
             found.append(f"{name}: {tensor['dram_read']} bytes read from DRAM > the "
