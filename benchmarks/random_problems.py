@@ -43,12 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from simulator.sim.fluid import ERROR_BOUND  # noqa: E402
+from traces.problem import DTYPE_BYTES  # noqa: E402
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 # Above this many tile accesses the full engine takes minutes: no engine comparison.
 MAX_FULL_TILES = 400_000
-# Naive attention whose tensors (S and P counted in the sectors of their blocks' rows)
-# take less than this share of L2 must not miss on S and P.
+# Naive attention whose tensors' bytes take less than this share of L2 must not miss on
+# S and P (the rest leaves room for the whole sectors the L2 model charges short rows).
 L2_ROOM = 0.8
 
 
@@ -93,7 +93,7 @@ def flags(problem: dict) -> list[str]:
 
 def forward_findings(problem: dict, pred: dict) -> list[str]:
     """What a forward pass from a cold L2 must do with Q, K, V and O."""
-    e, b = ELEMENT_BYTES[problem["dtype"]], problem["batch"]
+    e, b = DTYPE_BYTES[problem["dtype"]], problem["batch"]
     d, seq, kv = problem["head-dim"], problem["seq"], problem["kv-seq"]
     sizes = {"q": b * problem["heads"] * seq * d * e, "k": b * problem["kv-heads"] * kv * d * e,
              "v": b * problem["kv-heads"] * kv * d * e}

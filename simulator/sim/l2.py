@@ -115,8 +115,11 @@ class BlockLayout:
                         block_cols[i] = gcd(block_cols[i], step.tile_cols)
         rows = np.array([t.rows for t in tensors], dtype=np.int64)
         cols = np.array([t.cols for t in tensors], dtype=np.int64)
-        r = np.where(np.array(block_rows) > 0, np.array(block_rows), rows).astype(np.int64)
-        c = np.where(np.array(block_cols) > 0, np.array(block_cols), cols).astype(np.int64)
+        # 0: only tiles as high (wide) as the tensor access it, one block high (wide)
+        r = np.array([br or t.rows for br, t in zip(block_rows, tensors, strict=True)],
+                     dtype=np.int64)
+        c = np.array([bc or t.cols for bc, t in zip(block_cols, tensors, strict=True)],
+                     dtype=np.int64)
         planes = np.array([t.planes for t in tensors], dtype=np.int64)
         per_tensor = planes * -(-rows // r) * -(-cols // c)
         base = np.concatenate([[0], np.cumsum(per_tensor)[:-1]]).astype(np.int64)
