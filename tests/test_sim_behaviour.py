@@ -2,11 +2,12 @@
 
 - naive attention's time grows ~N^2 at long N and is HBM-bound there;
 - FA2 forward at d=128 and long N is compute-bound (tensor cores or exp unit);
-- FA2 beats naive at every N, by a factor that grows with N while FA2's small grid
-  (B=1, H=4) does not fill the GPU (with 2 heads, at N = 1k its 16 CTAs leave 116 of 132
-  SMs idle while naive attention's three kernels fill them: the model has naive ahead
-  there, 17.1 against 20.8 us, since the presets' launch overhead is the 1 us the H200
-  records measured rather than the 3 us assumed before);
+- FA2 beats naive from N = 2k on, by a factor that grows with N while FA2's small grid
+  (B=1, H=4) does not fill the GPU. At N = 1k its 32 CTAs leave 100 of 132 SMs idle while
+  naive attention's three kernels fill them, and S and P (8 MiB each) stay in L2 from
+  one kernel to the next, read back from it and written to DRAM after the run: the
+  model has naive ahead there (16.7 against 20.9 us; 22.3 us while what a kernel left
+  dirty was written back before the next launched, until 2026-12-08);
 - causal costs about half at long N;
 - bigger blocks cut FA2's global traffic ~1/BM (K and V are re-read once per Q block);
 - a tiling that does not fit shared memory is refused.
@@ -51,7 +52,7 @@ def test_naive_grows_quadratically_and_is_hbm_bound(naive_and_fa2):
 
 def test_fa2_beats_naive_by_a_growing_factor(naive_and_fa2):
     speedups = [naive["time_s"] / fa2["time_s"] for naive, fa2 in naive_and_fa2.values()]
-    assert speedups[0] > 1
+    assert speedups[1] > 1
     assert all(b > a for a, b in zip(speedups, speedups[1:], strict=False))
     # At N = 8192 naive moves ~2.16 GB, 718 us at the effective HBM rate, against FA2's two
     # waves of 128 tensor-bound CTAs (~175 us): a factor above 3 by the bytes alone.

@@ -47,13 +47,13 @@ def _reads(rows: np.ndarray, store: np.ndarray | None = None) -> np.ndarray:
     return tiles
 
 
-def test_fill_holds_whole_blocks_dirty_and_a_flush_leaves_them():
+def test_fill_holds_whole_blocks_dirty_of_no_tensor_of_the_run():
     capacity = 5 * FOREIGN_BLOCK_BYTES + 100  # the remainder holds no whole block
     cache = L2Cache(capacity, _layout(1000).with_foreign(capacity))
     assert cache.fill_foreign() == 5 * FOREIGN_BLOCK_BYTES
     assert cache.used_bytes == 5 * FOREIGN_BLOCK_BYTES
     assert not cache.stats.any()  # filling is no traffic of the run's
-    assert cache.flush() == 0  # no kernel end writes another program's data back
+    assert list(cache.dirty_bytes()) == [0]  # dirty, but not the run's tensor's
     with pytest.raises(ValueError, match="already has a foreign tensor"):
         cache.layout.with_foreign(capacity)
     with pytest.raises(ValueError, match="no foreign tensor"):
@@ -95,7 +95,7 @@ def test_the_runs_own_traffic_is_that_of_a_cold_cache(seed):
     assert (out_cold[:, :2] == out_dirty[:, :2]).all()
     own, foreign = dirty.traffic_since(np.zeros_like(dirty.stats))
     assert (own == cold.stats).all()
-    assert cold.flush() == dirty.flush()
+    np.testing.assert_array_equal(cold.dirty_bytes(), dirty.dirty_bytes())
     # The same stream through an OrderedDict LRU that starts with the foreign blocks.
     lru = OrderedDict((("f", i), (FOREIGN_BLOCK_BYTES, True)) for i in range(6))
     used, foreign_written = capacity, 0
@@ -129,7 +129,7 @@ def test_a_dirty_start_costs_hbm_time_and_no_bytes_of_the_runs(mode):
     assert dirty.runs[0].foreign_writeback_bytes == foreign  # the split kernel's misses
     for a, b in zip(cold.runs, dirty.runs, strict=True):
         assert (a.tensor_bytes == b.tensor_bytes).all(), a.name
-        assert a.flush_bytes == b.flush_bytes
+        assert (a.dirty_bytes == b.dirty_bytes).all()
     # What the write-backs cost: about their time alone at HBM's rate, which they share
     # with the kernel's own misses (the full engine's misses take HBM's capacity with
     # their latency inside, ``costs.miss_occupancy``, so the sum is not exact).
@@ -257,7 +257,7 @@ def test_a_kernel_that_rereads_what_an_earlier_one_stored_is_profiled_alone():
     (r,) = alone.runs
     assert r.dram_read == partials
     assert reduce["profiled"] == {"time_s": r.time_s, "dram_read": partials,
-                                  "dram_write": r.dram_write, "left_dirty": r.flush_bytes}
+                                  "dram_write": r.dram_write, "left_dirty": r.left_dirty}
     assert reduce["profiled"]["time_s"] > reduce["time_s"]  # its loads now go to HBM
     json.dumps(timed)  # plain numbers
     with pytest.raises(ProblemError, match='"alone" must be 0 to 1'):

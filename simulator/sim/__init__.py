@@ -100,6 +100,23 @@ def misfit(schedule, hw: Hardware, compiled=None) -> tuple[str, str] | None:
     return None
 
 
+def check_one_storer(schedule) -> None:
+    """Each tensor is stored by at most one kernel of the schedule: what a kernel leaves
+    dirty in L2 is attributed to it by tensor (``record.KernelRun``), and a tensor two
+    kernels stored would be counted twice. A schedule that breaks this is a bug."""
+    from traces.schedules import STORE
+    from traces.schedules.base import Access
+
+    storer: dict[str, str] = {}
+    for kernel in schedule.kernels:
+        for step in kernel.pre + kernel.loop + kernel.post:
+            if isinstance(step, Access) and step.kind == STORE:
+                first = storer.setdefault(step.tensor, kernel.name)
+                if first != kernel.name:
+                    raise ValueError(f"tensor {step.tensor!r} is stored by {first} and "
+                                     f"{kernel.name}; the L2 model needs one storer.")
+
+
 def check_fits(schedule, hw: Hardware, compiled=None) -> None:
     """Raise ``ProblemError`` (one line: ``misfit``'s reason and advice) if a CTA of some
     kernel cannot be resident at all."""
@@ -119,9 +136,8 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     estimate. ``l2_start`` is what L2 holds at the start (``L2_STARTS``): with "dirty" the
     first allocations also write another program's data back to DRAM, in HBM time the
     kernels pay; for the same order of accesses their own hits, misses and DRAM bytes are
-    those of a cold start. ``kernels``: simulate only the first that many launches, the
-    last of them ending as it does when the next follows (``mode`` "auto" then decides on
-    those alone). ``alone``: simulate only launch ``alone`` (0-based), by itself on an
+    those of a cold start. ``kernels``: simulate only the first that many launches
+    (``mode`` "auto" then decides on those alone). ``alone``: simulate only launch ``alone`` (0-based), by itself on an
     empty L2 and followed by none, as Nsight Compute profiles it (``--cache-control all``
     invalidates L2 before each kernel).
     """
@@ -139,14 +155,14 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     sched = build_schedule(problem, tiling, schedule)
     check_fits(sched, hw, compiled)
     fast_numba_start()
+    check_one_storer(sched)
     programs = schedule_programs(sched, hw, compiled=compiled)
-    followed = False
     if kernels is not None and alone is not None:
         raise ProblemError('give "kernels" or "alone", not both.')
     if kernels is not None:
         if not 1 <= kernels <= len(programs):
             raise ProblemError(f'"kernels" must be 1 to {len(programs)}, got {kernels}.')
-        programs, followed = programs[:kernels], kernels < len(programs)
+        programs = programs[:kernels]
     if alone is not None:
         if not 0 <= alone < len(programs):
             raise ProblemError(f'"alone" must be 0 to {len(programs) - 1}, got {alone}.')
@@ -164,7 +180,7 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
         from simulator.sim.full import FullEngine as Engine
     else:
         from simulator.sim.fluid import FluidEngine as Engine
-    runs = Engine(programs, hw, cache, tiling.num_stages, followed).run()
+    runs = Engine(programs, hw, cache, tiling.num_stages).run()
     return Simulation(problem, tiling, schedule, hw, sched.tensor_names,
                       [t.nbytes for t in sched.tensors.values()], runs, mode,
                       time.perf_counter() - started, compiled, l2_start)
@@ -211,7 +227,7 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
             entry["profiled"] = {"time_s": float(alone.time_s),
                                  "dram_read": int(alone.dram_read),
                                  "dram_write": int(alone.dram_write),
-                                 "left_dirty": int(alone.flush_bytes)}
+                                 "left_dirty": alone.left_dirty}
     if l2_start == "dirty":
         first = run(problem, tiling, schedule, hw, cold.mode, compiled, "dirty", kernels=1)
         extra = float(first.runs[0].time_s - cold.runs[0].time_s)
@@ -226,7 +242,7 @@ def predict_as_timed(problem: AttentionProblem, tiling: Tiling, schedule: str, h
 def carried_bytes(sim: Simulation, i: int) -> int:
     """At most how many bytes launch ``i`` of ``sim`` found in L2 that earlier launches had
     stored there: its hits on the tensors they stored, but no more than those tensors' size
-    nor than what they left dirty (``flush_bytes``). 0 for the first launch. Its hits on
+    nor than what they left dirty (``left_dirty``). 0 for the first launch. Its hits on
     such a tensor may include its own re-reads (the backward's dK/dV reads delta once per
     block of keys): the bounds keep those from counting."""
     from simulator.sim.l2 import HIT, MISS, WRITE
@@ -242,7 +258,7 @@ def carried_bytes(sim: Simulation, i: int) -> int:
     if not shared.any():
         return 0
     size = int(np.asarray(sim.tensor_nbytes, dtype=np.int64)[shared].sum())
-    left = sum(int(r.flush_bytes) for r in runs[:i])
+    left = sum(r.left_dirty for r in runs[:i])
     return int(min(mine[shared, HIT].sum(), size, left))
 
 

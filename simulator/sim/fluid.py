@@ -143,11 +143,8 @@ class FluidEngine:
     """Runs every kernel of a schedule through passes A, B and C (module docstring)."""
 
     def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
-                 num_stages: int, followed: bool = False):
+                 num_stages: int):
         self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
-        # Other kernels follow these (``sim.run(kernels=...)``): the last of them then ends
-        # as any kernel with a next one does (record.KernelRun).
-        self.followed = followed
         self.env = simpy.Environment()
         self.runs: list[KernelRun] = []
 
@@ -157,13 +154,12 @@ class FluidEngine:
         return self.runs
 
     def _kernels(self):
-        for i, prog in enumerate(self.programs):
+        for prog in self.programs:
             launch = self.env.now
             yield self.env.timeout(self.hw.kernel_launch_overhead_s)
-            last = i == len(self.programs) - 1 and not self.followed
-            yield from self._kernel(prog, launch, last=last)
+            yield from self._kernel(prog, launch)
 
-    def _kernel(self, prog: KernelProgram, launch: float, last: bool):
+    def _kernel(self, prog: KernelProgram, launch: float):
         hw, cache = self.hw, self.cache
         costs = CtaCosts(prog, hw, self.stages, cache.layout.rows.size)
         slots = min(hw.sm_count * prog.residency.ctas_per_sm, prog.grid)
@@ -215,30 +211,23 @@ class FluidEngine:
                 break  # one-shot CTAs: their order hardly depends on timing
             timed = final
         start, _, end, slot = _cta_times(final, jobs, phases[3].sum(axis=1))
-        flushed = cache.flush()
         begin = self.env.now
-        # The write-backs of the blocks its CTAs evicted finish within the kernel, the last
-        # one's too: they are bytes it moved (the flow lags the CTAs, as a fair share of HBM
-        # among all of them; ended at its last CTA, an HBM-bound kernel that writes as much
-        # as it reads would end with most of its writes unmoved). Only what it leaves dirty
-        # (``flushed``) waits for the next kernel, or, after the last, for no one.
+        # The write-backs of the blocks its CTAs evicted finish within the kernel: they are
+        # bytes it moved (the flow lags the CTAs, as a fair share of HBM among all of them;
+        # ended at its last CTA, an HBM-bound kernel that writes as much as it reads would
+        # end with most of its writes unmoved). What it leaves dirty stays in L2
+        # (record.KernelRun).
         ran = float(end.max()) if prog.grid else 0.0
         yield self.env.timeout(max(ran, final.drained_s))
-        done = self.env.now
-        if flushed and not last:  # record.KernelRun: why, and why not after the last
-            yield self.env.timeout(flushed / hw.hbm_effective_bytes_per_s)
         segments = final.segments[: final.counters[1]] + [begin, begin, 0.0, 0.0]
-        hbm = segments[:, [0, 1, 3]]
-        if flushed and not last:
-            hbm = np.vstack([hbm, [[done, self.env.now, hw.hbm_effective_bytes_per_s]]])
         traffic, foreign = cache.traffic_since(stats_before)
         self.runs.append(KernelRun(
             name=prog.name, launch_s=launch, start_s=begin, end_s=self.env.now,
             ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
             sram_bytes_per_cta=prog.sram_bytes, cta_start=start + begin, cta_end=end + begin,
-            cta_slot=slot, tensor_bytes=traffic, flush_bytes=flushed,
+            cta_slot=slot, tensor_bytes=traffic, dirty_bytes=cache.dirty_bytes(),
             foreign_writeback_bytes=foreign, events=events, tile_accesses=tiles,
-            mode="aggregated", hbm_segments=hbm,
+            mode="aggregated", hbm_segments=segments[:, [0, 1, 3]],
             l2_segments=segments[:, [0, 1, 2]], unit_s=prog.totals()["unit_s"].sum(axis=1),
             issued=prog.totals()["work"].sum(axis=1),
             hbm_line_extra_bytes=float(miss_cost.sum() - miss.sum()),

@@ -5,9 +5,10 @@ Model (``DESIGN.md``, level 3), per kernel launch:
 - **Launch**: the launch overhead elapses, then CTAs are dispatched in launch order to
   ``sm_count x ctas_per_sm`` slots (slot ``s`` on SM ``s % sm_count``, so the first wave
   spreads over all SMs before doubling up); whenever a CTA retires, the next CTA takes its
-  slot. The kernel ends when its last CTA has retired and L2 has written its dirty data
-  back to DRAM (evicted blocks during the kernel, the rest at its end: they stay resident,
-  clean); the next kernel then launches (kernels of a pass run one after another).
+  slot. The kernel ends when its last CTA has retired and L2 has written the dirty blocks
+  it evicted back to DRAM; what it leaves dirty stays in L2 for the next kernel to hit or
+  evict (``record.KernelRun``), which then launches (kernels of a pass run one after
+  another).
 - **Loads run ahead** (Triton's software pipelining, as the compile does it:
   ``kernels.resources.loop_pipeline``): the prologue's loads and those of the first
   ``num_stages - 1`` loop iterations are issued when the CTA starts; iteration ``t`` waits
@@ -95,11 +96,8 @@ class FullEngine:
     """Runs every kernel of a schedule on one SimPy environment (see the module docstring)."""
 
     def __init__(self, programs: list[KernelProgram], hw: Hardware, cache: L2Cache,
-                 num_stages: int, followed: bool = False):
+                 num_stages: int):
         self.programs, self.hw, self.cache, self.stages = programs, hw, cache, num_stages
-        # Other kernels follow these (``sim.run(kernels=...)``): the last of them then ends
-        # as any kernel with a next one does (record.KernelRun).
-        self.followed = followed
         self.env = CountingEnvironment()
         self.l2 = SharedBandwidth(self.env, hw.l2_effective_bytes_per_s, "l2")
         self.hbm = SharedBandwidth(self.env, hw.hbm_effective_bytes_per_s, "hbm")
@@ -117,7 +115,7 @@ class FullEngine:
 
     def _kernels(self):
         hw = self.hw
-        for i, prog in enumerate(self.programs):
+        for prog in self.programs:
             launch, counted = self.env.now, self.env.events
             yield self.env.timeout(hw.kernel_launch_overhead_s)
             start, before = self.env.now, self.cache.stats.copy()
@@ -141,12 +139,8 @@ class FullEngine:
             self.first_wave, self.occupancy = slots, costs.miss_occupancy(slots).tolist()
             self.hbm_moved = self.hbm_charged = self.line_extra = 0.0
             yield simpy.AllOf(self.env, [self.env.process(self._slot(s)) for s in range(slots)])
-            flushed = self.cache.flush()
-            # record.KernelRun: why, and why not after the last
-            if flushed and (i < len(self.programs) - 1 or self.followed):
-                self._hbm(flushed, 1.0, _nothing)
-            # The write-backs of evicted blocks still in flight finish within the kernel,
-            # the last one's too (bytes it moved); only ``flushed`` waits for the next.
+            # The write-backs of evicted blocks still in flight finish within the kernel
+            # (bytes it moved); what it leaves dirty stays in L2 (record.KernelRun).
             yield self.hbm.idle()
             traffic, foreign = self.cache.traffic_since(before)
             self.runs.append(KernelRun(
@@ -154,7 +148,8 @@ class FullEngine:
                 ctas_per_sm=prog.residency.ctas_per_sm, slots=slots,
                 sram_bytes_per_cta=prog.sram_bytes, cta_start=self.cta_start,
                 cta_end=self.cta_end, cta_slot=self.cta_slot,
-                tensor_bytes=traffic, flush_bytes=flushed, foreign_writeback_bytes=foreign,
+                tensor_bytes=traffic, dirty_bytes=self.cache.dirty_bytes(),
+                foreign_writeback_bytes=foreign,
                 events=self.env.events - counted, tile_accesses=self.tiles, mode="full",
                 hbm_segments=_segments(self.hbm, hbm_log,
                                        self.hbm_moved / max(self.hbm_charged, 1.0)),

@@ -22,10 +22,11 @@ occupies a sector per row), so thin tensors (LSE) do not look smaller than they 
 Policy: fully associative LRU over blocks (the real L2 is highly associative with hashed
 set indexing, which LRU over the whole capacity approximates); loads allocate on a miss;
 stores allocate and mark the block dirty without reading it (whole tiles are written).
-Dirty blocks are written to DRAM when they are evicted; ``flush`` writes back what is
-still dirty at the end of a kernel and leaves the data resident (clean), so the next
-kernel can still hit it. Reads are counted in DRAM bytes when they miss; writes when they
-are written back (eviction or end of kernel).
+Dirty blocks are written to DRAM when they are evicted, whichever kernel evicts them: what
+a kernel leaves dirty stays in the cache for the next kernel to hit or to evict
+(``dirty_bytes`` says how much of each tensor is dirty). Reads are counted in DRAM bytes
+when they miss; writes when they are written back (``record.KernelRun`` attributes them to
+the kernel that stored them, and what is still dirty after the last kernel).
 
 **Foreign dirty data** (``L2Cache.fill_foreign``). A run can start with the cache full of
 another program's dirty lines, as Triton's ``do_bench`` leaves it: before every timed run
@@ -34,8 +35,7 @@ when the kernel starts (L2 is write-back). They are one extra tensor after the s
 (``BlockLayout.with_foreign``), older than anything the run touches, so LRU evicts them
 first: each byte the run allocates evicts a foreign byte and writes it to DRAM, until none
 is left; for the same order of accesses the run's own hits, misses and write-backs are
-those of an empty cache. ``flush`` leaves them dirty (no kernel end writes them back; the
-next kernel's misses evict them).
+those of an empty cache (``dirty_bytes`` leaves them out: they are no tensor of the run's).
 """
 
 from __future__ import annotations
@@ -267,10 +267,12 @@ class L2Cache:
         self.stats[t] = before  # filling is not traffic of the run
         return rows * cols
 
-    def flush(self) -> int:
-        """Write back every dirty block of the schedule's tensors (counted per tensor; a
-        foreign tensor's stay dirty); returns the bytes written."""
-        return int(flush(self.state(), self.layout.own_tensors))
+    def dirty_bytes(self) -> np.ndarray:
+        """Bytes of each of the schedule's tensors that the cache holds dirty (not yet
+        written back); a foreign tensor's are left out. Nothing changes."""
+        out = np.zeros(self.layout.own_tensors, dtype=np.int64)
+        count_dirty(self.state(), out)
+        return out
 
     def traffic_since(self, before: np.ndarray) -> tuple[np.ndarray, int]:
         """The statistics since ``before`` (a copy of ``stats``): ``[own tensors, 4]``
@@ -512,18 +514,12 @@ def touch_tiles(state, layout, tiles, n, out):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def flush(state, tensors):  # pragma: no cover - numba
-    """Write back every dirty block of the first ``tensors`` tensors, leaving it resident
-    (clean)."""
-    meta, _, _, _, _, word, _, _, sizes, stats = state
-    written = 0
+def count_dirty(state, out):  # pragma: no cover - numba
+    """Add the bytes of every resident dirty block of tensor ``t < out.size`` to ``out[t]``."""
+    meta, _, _, _, _, word, _, _, sizes, _ = state
     for b in range(1, meta[_BUCKETS]):  # freed buckets are all zero
         for s in range(GROUP):
             w = word[b, s]
-            if w & DIRTY and (w & _TAG_MASK) >> 3 < tensors:
-                word[b, s] = w - DIRTY
-                kind = w & _TAG_MASK
-                nbytes = sizes[kind >> 3, (kind >> 1) & 3, 0]
-                stats[kind >> 3, WRITEBACK] += nbytes
-                written += nbytes
-    return written
+            kind = w & _TAG_MASK
+            if w & DIRTY and kind >> 3 < out.size:
+                out[kind >> 3] += sizes[kind >> 3, (kind >> 1) & 3, 0]

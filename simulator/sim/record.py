@@ -28,28 +28,33 @@ class KernelRun:
 
     Times are seconds from the start of the run. ``tensor_bytes[t]`` holds the L2 traffic
     of tensor ``t`` during this kernel: load bytes that hit, load bytes that missed (read
-    from DRAM), bytes stored, and bytes written back to DRAM: evictions during the kernel
-    and ``flush_bytes``, what it leaves dirty in L2 (so a kernel's DRAM writes are the
-    bytes it stores that reach DRAM, sooner or later).
+    from DRAM), bytes stored, and bytes written back to DRAM while it ran (the dirty blocks
+    its misses and stores evicted, whichever kernel stored them). ``dirty_bytes[t]`` is
+    what L2 held dirty of tensor ``t`` at its end.
 
-    When ``flush_bytes`` are written back: L2 is a write-back cache that keeps its contents
-    across launches, and a kernel completes when its last CTA retires, its stores in L2.
-    The last kernel of a run therefore ends then (``end_s``; or when the write-backs of the
-    dirty blocks it evicted have reached DRAM, if later: bytes it moved), what it leaves
-    dirty written back after the run, in no time the run reports; a CUDA event after it, or
-    Nsight Compute's duration, would not wait for them either. Between kernels the next
-    kernel's misses evict them, so they take HBM time while it runs; the model
-    approximates that by writing them back at full HBM bandwidth before the next kernel
-    launches, within this kernel's ``end_s`` (an upper bound on what it costs when the
-    next kernel has HBM time to spare). ``*_segments`` are ``(start, end, bytes/s)`` rows
-    of the bandwidth each level delivered, for timelines.
+    What a kernel leaves dirty: L2 is a write-back cache that keeps its contents across
+    launches, and a kernel completes when its last CTA retires, its stores in L2. Its dirty
+    blocks stay there: the next kernel hits them or, where its misses and stores need the
+    room, evicts them and writes them back, in HBM time among its own (as it does another
+    program's dirty lines, ``foreign_writeback_bytes``). After the last kernel of a run
+    they are written back in no time the run reports; a CUDA event after it, or Nsight
+    Compute's duration, would not wait for them either. So a kernel ends with its last CTA,
+    or when the write-backs its CTAs caused have reached DRAM, if later.
+
+    Whose DRAM writes they are: each tensor is stored by one kernel of a schedule
+    (``simulator.sim.run`` checks), and a kernel's ``dram_write`` is every byte it stored
+    that reaches DRAM, sooner or later: its tensors' write-backs while it ran and what it
+    left dirty of them (``left_dirty``). The write-backs of earlier kernels' tensors while
+    it ran are ``carried_writeback_bytes``: HBM time of its, bytes of theirs. Summed over
+    a run's kernels, ``dram_write`` is every stored byte that reaches DRAM, once.
+    ``*_segments`` are ``(start, end, bytes/s)`` rows of the bandwidth each level
+    delivered, for timelines.
     """
 
     name: str
     launch_s: float  # the launch begins (the launch overhead runs first)
     start_s: float  # the first CTA starts
-    # the last CTA retired, its evictions written back (and, but for the last kernel, the flush)
-    end_s: float
+    end_s: float  # the last CTA retired, the write-backs of its evictions in DRAM
     ctas_per_sm: int
     slots: int  # CTAs resident at once on the whole GPU
     sram_bytes_per_cta: int
@@ -57,7 +62,7 @@ class KernelRun:
     cta_end: np.ndarray
     cta_slot: np.ndarray  # slot s is on SM s % sm_count
     tensor_bytes: np.ndarray  # [tensors, 4]: HIT, MISS, WRITE, WRITEBACK
-    flush_bytes: int
+    dirty_bytes: np.ndarray  # [tensors]: held dirty in L2 at its end
     events: int  # discrete events the engine processed
     tile_accesses: int  # tile loads and stores looked up in L2
     hbm_segments: np.ndarray
@@ -81,13 +86,37 @@ class KernelRun:
         return int(self.tensor_bytes[:, MISS].sum())
 
     @property
+    def stored(self) -> np.ndarray:
+        """Which tensors the kernel stores (a mask over ``tensor_bytes``' rows)."""
+        return self.tensor_bytes[:, WRITE] > 0
+
+    @property
+    def dram_write_by_tensor(self) -> np.ndarray:
+        """Per tensor, the bytes the kernel stored that reach DRAM: its stored tensors'
+        write-backs while it ran and what it left dirty of them; 0 for the others."""
+        return np.where(self.stored, self.tensor_bytes[:, WRITEBACK] + self.dirty_bytes, 0)
+
+    @property
     def dram_write(self) -> int:
-        return int(self.tensor_bytes[:, WRITEBACK].sum())
+        return int(self.dram_write_by_tensor.sum())
+
+    @property
+    def left_dirty(self) -> int:
+        """What L2 held dirty at its end of the tensors it stores: part of ``dram_write``,
+        written back while a later kernel runs, or after the run."""
+        return int(self.dirty_bytes[self.stored].sum())
+
+    @property
+    def carried_writeback_bytes(self) -> int:
+        """Write-backs while it ran of what earlier kernels left dirty."""
+        return int(self.tensor_bytes[~self.stored, WRITEBACK].sum())
 
     @property
     def hbm_bytes(self) -> int:
-        """Every byte the kernel moved between L2 and DRAM, foreign write-backs included."""
-        return self.dram_read + self.dram_write + self.foreign_writeback_bytes
+        """Every byte the kernel moved between L2 and DRAM while it ran: its reads, the
+        write-backs of any tensor's blocks it evicted and of another program's."""
+        return (self.dram_read + int(self.tensor_bytes[:, WRITEBACK].sum())
+                + self.foreign_writeback_bytes)
 
     @property
     def hbm_busy_bytes(self) -> float:

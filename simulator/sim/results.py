@@ -24,7 +24,7 @@ import numpy as np
 
 from simulator.prediction import l2_bytes
 from simulator.sim import Simulation
-from simulator.sim.l2 import MISS, WRITEBACK
+from simulator.sim.l2 import MISS
 from simulator.sim.record import KernelRun
 
 BOUND_UTILIZATION = 0.5
@@ -70,15 +70,19 @@ def fill_prediction(sim: Simulation) -> dict:
         util = utilization(run, sim, entry)
         bound = bound_of(util)
         votes[bound] = votes.get(bound, 0.0) + t
-        per_tensor += run.tensor_bytes[:, [MISS, WRITEBACK]]
+        per_tensor[:, 0] += run.tensor_bytes[:, MISS]
+        per_tensor[:, 1] += run.dram_write_by_tensor
         moved = l2_bytes(entry["bytes"])
         entry["time_s"] = t
         entry["bytes"]["dram_read"] = run.dram_read
         entry["bytes"]["dram_write"] = run.dram_write
         entry["bytes"]["foreign_dram_write"] = run.foreign_writeback_bytes
+        # Write-backs while it ran of what earlier kernels left dirty: HBM time of its,
+        # bytes of theirs (in their ``dram_write``; record.KernelRun).
+        entry["bytes"]["carried_dram_write"] = run.carried_writeback_bytes
         # Of its DRAM writes, what it left dirty in L2 at its end (record.KernelRun: written
-        # back before the next kernel, or after the last in no time the run reports).
-        entry["bytes"]["left_dirty"] = run.flush_bytes
+        # back while a later kernel runs, or after the last in no time the run reports).
+        entry["bytes"]["left_dirty"] = run.left_dirty
         entry["achieved"] = {
             "hbm_bytes_per_s": run.hbm_bytes / t,
             "l2_bytes_per_s": moved / t,
