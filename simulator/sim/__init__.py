@@ -137,9 +137,9 @@ def run(problem: AttentionProblem, tiling: Tiling, schedule: str, hw: Hardware,
     first allocations also write another program's data back to DRAM, in HBM time the
     kernels pay; for the same order of accesses their own hits, misses and DRAM bytes are
     those of a cold start. ``kernels``: simulate only the first that many launches
-    (``mode`` "auto" then decides on those alone). ``alone``: simulate only launch ``alone`` (0-based), by itself on an
-    empty L2 and followed by none, as Nsight Compute profiles it (``--cache-control all``
-    invalidates L2 before each kernel).
+    (``mode`` "auto" then decides on those alone). ``alone``: simulate only launch
+    ``alone`` (0-based), by itself on an empty L2, as Nsight Compute profiles it
+    (``--cache-control all`` invalidates L2 before each kernel).
     """
     from simulator.device_memory import check_device_memory
     from simulator.sim.l2 import BlockLayout, L2Cache
