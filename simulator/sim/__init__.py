@@ -105,15 +105,14 @@ def check_one_storer(schedule) -> None:
     dirty in L2 is attributed to it by tensor (``record.KernelRun``), and a tensor two
     kernels stored would be counted twice. A schedule that breaks this is a bug."""
     from traces.schedules import STORE
-    from traces.schedules.base import Access
 
     storer: dict[str, str] = {}
     for kernel in schedule.kernels:
-        for step in kernel.pre + kernel.loop + kernel.post:
-            if isinstance(step, Access) and step.kind == STORE:
-                first = storer.setdefault(step.tensor, kernel.name)
+        for access in kernel.accesses:
+            if access.kind == STORE:
+                first = storer.setdefault(access.tensor, kernel.name)
                 if first != kernel.name:
-                    raise ValueError(f"tensor {step.tensor!r} is stored by {first} and "
+                    raise ValueError(f"tensor {access.tensor!r} is stored by {first} and "
                                      f"{kernel.name}; the L2 model needs one storer.")
 
 

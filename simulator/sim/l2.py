@@ -48,7 +48,6 @@ from numba import njit
 
 from simulator.hardware import L2_SECTOR_BYTES
 from traces.schedules import Schedule
-from traces.schedules.base import Access
 
 SECTOR_BYTES = L2_SECTOR_BYTES  # presets must agree (simulator.hardware checks)
 HIT, MISS, WRITE, WRITEBACK = range(4)  # columns of the per-tensor statistics (bytes)
@@ -106,13 +105,12 @@ class BlockLayout:
         tensors = [schedule.tensors[n] for n in names]
         block_rows, block_cols = [0] * len(names), [0] * len(names)
         for kernel in schedule.kernels:
-            for step in kernel.pre + kernel.loop + kernel.post:
-                if isinstance(step, Access):
-                    i = names.index(step.tensor)
-                    if step.tile_rows < tensors[i].rows:
-                        block_rows[i] = gcd(block_rows[i], step.tile_rows)
-                    if step.tile_cols < tensors[i].cols:
-                        block_cols[i] = gcd(block_cols[i], step.tile_cols)
+            for access in kernel.accesses:
+                i = names.index(access.tensor)
+                if access.tile_rows < tensors[i].rows:
+                    block_rows[i] = gcd(block_rows[i], access.tile_rows)
+                if access.tile_cols < tensors[i].cols:
+                    block_cols[i] = gcd(block_cols[i], access.tile_cols)
         rows = np.array([t.rows for t in tensors], dtype=np.int64)
         cols = np.array([t.cols for t in tensors], dtype=np.int64)
         # 0: only tiles as high (wide) as the tensor access it, one block high (wide)

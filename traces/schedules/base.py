@@ -145,6 +145,11 @@ class Kernel:
     def grid(self) -> int:
         return int(self.loop_count.shape[0])
 
+    @property
+    def accesses(self) -> list[Access]:
+        """Every tile access of the kernel, prologue, loop and epilogue, in order."""
+        return [s for s in self.pre + self.loop + self.post if isinstance(s, Access)]
+
     def loop_context(self, ctas: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Context of the loop iterations of ``ctas`` (default: every CTA), CTA after CTA:
         their coordinates, ``t`` and ``cta``."""
